@@ -1,0 +1,2 @@
+//! Memory-mapped files (placeholder).
+#![allow(unsafe_code)]

@@ -1,0 +1,73 @@
+//! The storage the log runs on: a directory of fixed-size files, behind a small trait.
+//!
+//! Two implementations exist:
+//! - [`mmap::MmapStorage`]: real files, preallocated with `fallocate` and then memory-mapped.
+//!   This is production, and the only place in the crate that holds `unsafe` code.
+//! - `testing::FaultStorage` (feature `testing`, or in this crate's own tests): an in-memory disk
+//!   that keeps a *live* and a *durable* image of every file and of the directory, from which
+//!   `crash()` builds what a power cut could leave behind. It also injects failures (sync `EIO`,
+//!   preallocation `ENOSPC`).
+//!
+//! The log above never touches `std::fs` directly: everything it does to the disk goes through
+//! these two traits, which is what lets the simulation drive the real code.
+
+use std::io;
+
+pub mod mmap;
+
+/// A directory of files that the log owns.
+///
+/// A file's *name* is a plain file name (no separators). Directory operations (`create`,
+/// `rename`, `remove`) are not durable until [`Storage::sync_dir`] returns `Ok`.
+pub trait Storage: Send + Sync + 'static {
+    /// A file of this storage.
+    type File: StorageFile;
+
+    /// Takes the exclusive lock on the directory for as long as this storage value lives.
+    /// Returns `Ok(false)` when another owner holds it.
+    fn try_lock(&self) -> io::Result<bool>;
+
+    /// The names of the files in the directory, in no particular order. The lock file, if the
+    /// implementation has one, is not listed.
+    fn list(&self) -> io::Result<Vec<String>>;
+
+    /// Creates a new file of exactly `len_bytes` bytes, all zero, with its blocks allocated up
+    /// front (so that a later write into it can not fail for lack of space), and opens it.
+    /// Fails with `AlreadyExists` if the name is taken, and with `StorageFull` (ENOSPC) if the
+    /// space can not be allocated; in that case no file is left behind.
+    fn create(&self, name: &str, len_bytes: u64) -> io::Result<Self::File>;
+
+    /// Opens an existing file, whole.
+    fn open(&self, name: &str) -> io::Result<Self::File>;
+
+    /// Removes a file. Handles already open stay valid until dropped.
+    fn remove(&self, name: &str) -> io::Result<()>;
+
+    /// Renames a file, replacing `to` if it exists.
+    fn rename(&self, from: &str, to: &str) -> io::Result<()>;
+
+    /// Makes every earlier `create`, `rename` and `remove` durable.
+    fn sync_dir(&self) -> io::Result<()>;
+}
+
+/// One open file of a [`Storage`]. Its length never changes while it is open.
+///
+/// All methods take `&self`: one appender writes while readers read the part already written.
+pub trait StorageFile: Send + Sync + 'static {
+    /// The length of the file in bytes.
+    fn len_bytes(&self) -> u64;
+
+    /// Copies `buf.len()` bytes at `offset` into `buf`. Reading past the end is an
+    /// `UnexpectedEof` error.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+
+    /// Copies `data` into the file at `offset`. Writing past the end is an error. The write is
+    /// visible to readers at once but durable only after a [`StorageFile::sync_range`] that
+    /// covers it returns `Ok`.
+    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()>;
+
+    /// Makes the bytes in `offset .. offset + len` durable (msync `MS_SYNC` / fdatasync).
+    /// After an `Err`, the state of those bytes on disk is unknown, and the caller must not
+    /// believe a retry (the log poisons itself instead).
+    fn sync_range(&self, offset: u64, len: u64) -> io::Result<()>;
+}

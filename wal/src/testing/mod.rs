@@ -1,0 +1,1 @@
+//! Fault-injecting in-memory storage.
