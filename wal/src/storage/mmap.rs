@@ -1,2 +1,449 @@
-//! Memory-mapped files (placeholder).
+//! [`MmapStorage`]: the production storage. Real files in one directory, preallocated with
+//! `fallocate` and then memory-mapped with `memmap2`.
+//!
+//! # Ground rules
+//!
+//! This is the only module of the crate allowed `unsafe` code. The unsafe code is exactly two
+//! `ptr::copy_nonoverlapping` calls, one in [`MmapFile::read_at`] and one in
+//! [`MmapFile::write_at`], between a shared file mapping and a caller's buffer. They rely on:
+//!
+//! 1. **The mapping stays valid and in bounds.** A `MappedFile` owns its `MmapRaw` (and the
+//!    open `File`), so the mapping lives exactly as long as any handle to it. Every copy is
+//!    bounds-checked against the length the mapping was made with, using checked arithmetic,
+//!    before any pointer is formed.
+//! 2. **Every mapped byte is backed by allocated blocks, and the file never shrinks.** Files
+//!    are created here, allocated with `fallocate` (or explicit zero writes where the file
+//!    system has no `fallocate`) and their length checked, all *before* they are mapped. No
+//!    code in this crate truncates or resizes a file, mapped or not (the [`Storage`] trait has
+//!    no such operation). A touch of a page beyond EOF, or of a page with no block on a full
+//!    disk, would be a `SIGBUS`, not an error.
+//! 3. **No data race inside the process.** Each mapped file has one `RwLock`: `write_at` copies
+//!    under the write lock, `read_at` under a read lock, so a copy never overlaps a concurrent
+//!    write to the same mapping, whatever the callers do. Two handles on the same inode must
+//!    share that lock, so handles are deduplicated through a process-wide registry keyed by
+//!    `(device, inode)` (`REGISTRY`): opening a file that is already mapped anywhere in the
+//!    process returns the existing mapping. A registry entry can not be confused with a
+//!    recycled inode number, because the mapping it points to keeps its `File` open, which
+//!    keeps the inode alive. No reference (`&[u8]`/`&mut [u8]`) to mapped memory is ever
+//!    created; the map is touched only through raw pointers inside the two copies.
+//! 4. **No other process writes the files.** The directory lock ([`Storage::try_lock`]) keeps
+//!    other timewheel processes out. A foreign process that writes or truncates our files
+//!    while they are mapped is outside the contract, as for every user of `mmap`; the lock is
+//!    how the engine makes sure that does not happen by accident.
+//!
+//! Who may touch the map: only [`MmapFile::read_at`] and [`MmapFile::write_at`] (the copies)
+//! and [`MmapFile::sync_range`] (`msync`, a system call that reads the page cache and needs no
+//! lock: it races with nothing in the Rust memory model).
 #![allow(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt as _, MetadataExt as _};
+use std::path::{Path, PathBuf};
+use std::ptr;
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+
+use fs4::FileExt as _;
+use memmap2::MmapRaw;
+
+use super::{Storage, StorageFile};
+
+/// The name of the lock file in the directory. It is never listed, and can not be used as the
+/// name of a log file.
+pub const LOCK_FILE_NAME: &str = "LOCK";
+
+/// How many zero bytes are written per call when the file system can not `fallocate`.
+const ZERO_FILL_CHUNK_BYTES: usize = 1 << 20;
+
+/// Checks that `name` is a plain file name that a [`Storage`] accepts: not empty, no path
+/// separator, not `.` or `..`, not the lock file, no NUL. Both storages share this check, so
+/// that code that works on the fault-injecting disk also works on real files.
+pub(crate) fn check_name(name: &str) -> io::Result<()> {
+    let bad = name.is_empty()
+        || name == "."
+        || name == ".."
+        || name == LOCK_FILE_NAME
+        || name.contains(['/', '\\', '\0']);
+    if bad {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("invalid storage file name {name:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that `offset .. offset + len` lies inside a file of `file_len` bytes, and returns
+/// the range as `usize`s. The error kind is the caller's (`UnexpectedEof` for reads).
+pub(crate) fn check_range(
+    file_len: u64,
+    offset: u64,
+    len: usize,
+    kind: io::ErrorKind,
+    what: &str,
+) -> io::Result<(usize, usize)> {
+    let end = offset.checked_add(len as u64);
+    match end {
+        Some(end) if end <= file_len => Ok((offset as usize, len)),
+        _ => Err(io::Error::new(
+            kind,
+            format!("{what} of {len} bytes at offset {offset} is past the end ({file_len} bytes)"),
+        )),
+    }
+}
+
+/// Every mapping of this process, keyed by `(device, inode)`, so that two handles on one file
+/// share one lock (ground rule 3). Dead entries are pruned when a mapping is dropped.
+static REGISTRY: Mutex<BTreeMap<(u64, u64), Weak<MappedFile>>> = Mutex::new(BTreeMap::new());
+
+/// A directory of preallocated, memory-mapped files. See the module's ground rules.
+#[derive(Debug)]
+pub struct MmapStorage {
+    dir: PathBuf,
+    /// The open `LOCK` file once [`Storage::try_lock`] succeeded; the lock lives as long as it.
+    lock: Mutex<Option<File>>,
+}
+
+impl MmapStorage {
+    /// Opens the storage rooted at `path`, creating the directory (and syncing its parent) if
+    /// it does not exist. Does not lock it: call [`Storage::try_lock`].
+    pub fn open_dir(path: impl AsRef<Path>) -> io::Result<MmapStorage> {
+        let dir = path.as_ref().to_path_buf();
+        if !dir.is_dir() {
+            fs::create_dir_all(&dir)?;
+            // The new directory entry itself must survive a crash, or a later sync_dir syncs
+            // a directory that may vanish.
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                File::open(parent)?.sync_all()?;
+            }
+        }
+        Ok(MmapStorage {
+            dir,
+            lock: Mutex::new(None),
+        })
+    }
+
+    /// The directory this storage works in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path_of(&self, name: &str) -> io::Result<PathBuf> {
+        check_name(name)?;
+        Ok(self.dir.join(name))
+    }
+
+    /// Allocates `len_bytes` for a freshly created, empty `file`, makes its length durable and
+    /// maps it. The caller removes the file if this fails.
+    fn allocate_and_map(&self, name: &str, file: File, len_bytes: u64) -> io::Result<MmapFile> {
+        if len_bytes > 0 {
+            match file.allocate(len_bytes) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(95) => zero_fill(&file, len_bytes)?, // EOPNOTSUPP
+                Err(e) => return Err(e),
+            }
+        }
+        let actual_bytes = file.metadata()?.len();
+        if actual_bytes != len_bytes {
+            return Err(io::Error::other(format!(
+                "{name}: allocated {actual_bytes} bytes, expected {len_bytes}"
+            )));
+        }
+        // The length (and the allocation) must be durable before anyone relies on the file:
+        // msync later only promises the data, and sync_dir only the directory entry.
+        file.sync_all()?;
+        MappedFile::register(name, file)
+    }
+}
+
+/// Writes zeros over the whole file, for file systems without `fallocate`: this allocates
+/// every block, which is what protects the mapping from `SIGBUS` on a full disk.
+fn zero_fill(file: &File, len_bytes: u64) -> io::Result<()> {
+    let zeros = vec![0u8; ZERO_FILL_CHUNK_BYTES.min(len_bytes as usize)];
+    let mut offset = 0u64;
+    while offset < len_bytes {
+        let n = zeros.len().min((len_bytes - offset) as usize);
+        file.write_all_at(&zeros[..n], offset)?;
+        offset += n as u64;
+    }
+    Ok(())
+}
+
+impl Storage for MmapStorage {
+    type File = MmapFile;
+
+    fn try_lock(&self) -> io::Result<bool> {
+        let mut held = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        if held.is_some() {
+            return Ok(true);
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.dir.join(LOCK_FILE_NAME))?;
+        // std's lock (flock on Linux), called by path to avoid fs4's FileExt::try_lock. flock
+        // belongs to the open file description, so a second MmapStorage in this same process
+        // is refused too.
+        match std::fs::File::try_lock(&file) {
+            Ok(()) => {
+                *held = Some(file);
+                Ok(true)
+            }
+            Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+            Err(std::fs::TryLockError::Error(e)) => Err(e),
+        }
+    }
+
+    fn list(&self) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            if !entry.file_type()?.is_file() {
+                continue;
+            }
+            match entry.file_name().into_string() {
+                Ok(name) if name == LOCK_FILE_NAME => {}
+                Ok(name) => names.push(name),
+                // Not a name this storage could have made; the log has no use for it.
+                Err(name) => tracing::warn!(?name, dir = ?self.dir, "ignoring non-UTF-8 file"),
+            }
+        }
+        Ok(names)
+    }
+
+    fn create(&self, name: &str, len_bytes: u64) -> io::Result<MmapFile> {
+        let path = self.path_of(name)?;
+        if usize::try_from(len_bytes).is_err() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{name}: {len_bytes} bytes can not be mapped on this platform"),
+            ));
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        match self.allocate_and_map(name, file, len_bytes) {
+            Ok(mapped) => Ok(mapped),
+            Err(e) => {
+                // No half-made file: the caller sees the original error (ENOSPC stays
+                // StorageFull), and a failed cleanup is only logged.
+                if let Err(rm) = fs::remove_file(&path) {
+                    tracing::warn!(?path, error = %rm, "could not remove half-created file");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn open(&self, name: &str) -> io::Result<MmapFile> {
+        let path = self.path_of(name)?;
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        MappedFile::register(name, file)
+    }
+
+    fn remove(&self, name: &str) -> io::Result<()> {
+        fs::remove_file(self.path_of(name)?)
+    }
+
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        fs::rename(self.path_of(from)?, self.path_of(to)?)
+    }
+
+    fn sync_dir(&self) -> io::Result<()> {
+        File::open(&self.dir)?.sync_all()
+    }
+}
+
+/// One mapping of one inode, shared by all handles on it in this process.
+#[derive(Debug)]
+struct MappedFile {
+    /// The registry key, to prune the entry on drop.
+    key: (u64, u64),
+    /// The name the file was first opened under, for error messages only (it may be renamed).
+    opened_as: String,
+    len_bytes: u64,
+    /// Orders the copies (ground rule 3): writers exclusive, readers shared.
+    copy_lock: RwLock<()>,
+    map: MmapRaw,
+    /// Kept open so that the inode (and with it the registry key) stays alive as long as the
+    /// mapping does.
+    _file: File,
+}
+
+impl MappedFile {
+    /// Returns the process's mapping of `file`'s inode, mapping it if there is none yet.
+    fn register(name: &str, file: File) -> io::Result<MmapFile> {
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{name} is not a regular file"),
+            ));
+        }
+        let key = (meta.dev(), meta.ino());
+        let mut registry = REGISTRY.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(shared) = registry.get(&key).and_then(Weak::upgrade) {
+            return Ok(MmapFile { shared });
+        }
+        let len_bytes = meta.len();
+        if usize::try_from(len_bytes).is_err() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{name}: {len_bytes} bytes can not be mapped on this platform"),
+            ));
+        }
+        let map = MmapRaw::map_raw(&file)?;
+        assert!(
+            map.len() as u64 == len_bytes || len_bytes == 0,
+            "{name}: mapped {} bytes of a {len_bytes}-byte file",
+            map.len()
+        );
+        let shared = Arc::new(MappedFile {
+            key,
+            opened_as: name.to_owned(),
+            len_bytes,
+            copy_lock: RwLock::new(()),
+            map,
+            _file: file,
+        });
+        registry.insert(key, Arc::downgrade(&shared));
+        Ok(MmapFile { shared })
+    }
+}
+
+impl Drop for MappedFile {
+    fn drop(&mut self) {
+        let mut registry = REGISTRY.lock().unwrap_or_else(PoisonError::into_inner);
+        // Another thread may already have re-registered this inode with a fresh mapping
+        // (our File is still open, so the key can only mean this same inode): keep that one.
+        if registry
+            .get(&self.key)
+            .is_some_and(|w| w.strong_count() == 0)
+        {
+            registry.remove(&self.key);
+        }
+    }
+}
+
+/// A handle on one memory-mapped file of an [`MmapStorage`]. Cloning it is cheap, and all
+/// handles on one file (in this process) share one mapping.
+#[derive(Debug, Clone)]
+pub struct MmapFile {
+    shared: Arc<MappedFile>,
+}
+
+impl StorageFile for MmapFile {
+    fn len_bytes(&self) -> u64 {
+        self.shared.len_bytes
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let f = &*self.shared;
+        let (start, len) = check_range(
+            f.len_bytes,
+            offset,
+            buf.len(),
+            io::ErrorKind::UnexpectedEof,
+            &format!("{}: read", f.opened_as),
+        )?;
+        if len == 0 {
+            return Ok(());
+        }
+        let _guard = f.copy_lock.read().unwrap_or_else(PoisonError::into_inner);
+        // SAFETY: `start + len <= len_bytes == map.len()` was checked above, so the source is
+        // inside the live mapping (ground rule 1), whose pages all have blocks (rule 2). The
+        // read lock excludes every in-process writer of this inode (rule 3), and `buf` is a
+        // distinct, exclusively borrowed Rust buffer, so the ranges do not overlap.
+        unsafe {
+            ptr::copy_nonoverlapping(f.map.as_ptr().add(start), buf.as_mut_ptr(), len);
+        }
+        Ok(())
+    }
+
+    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        let f = &*self.shared;
+        let (start, len) = check_range(
+            f.len_bytes,
+            offset,
+            data.len(),
+            io::ErrorKind::InvalidInput,
+            &format!("{}: write", f.opened_as),
+        )?;
+        if len == 0 {
+            return Ok(());
+        }
+        let _guard = f.copy_lock.write().unwrap_or_else(PoisonError::into_inner);
+        // SAFETY: the destination is in bounds of the live, fully allocated mapping (rules 1
+        // and 2). The write lock excludes every other in-process reader and writer of this
+        // inode (rule 3). `data` is a Rust slice, which can not alias the mapping because no
+        // reference to mapped memory is ever handed out.
+        unsafe {
+            ptr::copy_nonoverlapping(data.as_ptr(), f.map.as_mut_ptr().add(start), len);
+        }
+        Ok(())
+    }
+
+    fn sync_range(&self, offset: u64, len: u64) -> io::Result<()> {
+        let f = &*self.shared;
+        let len = usize::try_from(len).map_err(|_| {
+            io::Error::new(io::ErrorKind::InvalidInput, "sync length overflows usize")
+        })?;
+        let (start, len) = check_range(
+            f.len_bytes,
+            offset,
+            len,
+            io::ErrorKind::InvalidInput,
+            &format!("{}: sync", f.opened_as),
+        )?;
+        if len == 0 {
+            return Ok(());
+        }
+        // memmap2 rounds the start down to a page boundary; msync(MS_SYNC) then covers every
+        // page the range touches.
+        f.map.flush_range(start, len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_plain_file_names() {
+        for bad in ["", ".", "..", "a/b", "LOCK", "nul\0"] {
+            assert_eq!(
+                check_name(bad).unwrap_err().kind(),
+                io::ErrorKind::InvalidInput
+            );
+        }
+        check_name("0000000000000001").unwrap();
+    }
+
+    #[test]
+    fn range_check_catches_overflow() {
+        let kind = io::ErrorKind::UnexpectedEof;
+        assert_eq!(check_range(10, 2, 8, kind, "r").unwrap(), (2, 8));
+        assert!(check_range(10, 3, 8, kind, "r").is_err());
+        assert!(check_range(10, u64::MAX, 1, kind, "r").is_err());
+        assert_eq!(check_range(10, 10, 0, kind, "r").unwrap(), (10, 0));
+    }
+
+    #[test]
+    fn two_handles_share_one_mapping() {
+        // Ground rule 3 depends on it: a second open of a mapped inode reuses the mapping.
+        let dir = tempfile::tempdir().unwrap();
+        let storage = MmapStorage::open_dir(dir.path()).unwrap();
+        let a = storage.create("a", 4096).unwrap();
+        let b = storage.open("a").unwrap();
+        assert!(Arc::ptr_eq(&a.shared, &b.shared));
+        b.write_at(1, b"x").unwrap();
+        let mut got = [0u8; 1];
+        a.read_at(1, &mut got).unwrap();
+        assert_eq!(&got, b"x");
+    }
+}

@@ -1,0 +1,258 @@
+//! `timewheel demo`: what `cargo run --release` shows on a fresh machine.
+//!
+//! Part 1 schedules a million durable jobs due over the next few seconds from several threads,
+//! while a worker pool claims and completes them as they fire; it prints the scheduling
+//! throughput, the fire lateness and that every job fired exactly once.
+//! Part 2 schedules jobs due in one second, abandons the engine as a crash would, waits past
+//! their due time, reopens, and shows every missed job replayed.
+
+use std::error::Error;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use timewheel::{Claimed, Config, Engine, JobSpec, SystemClock};
+
+/// Options of the demo.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DemoArgs {
+    /// Jobs to schedule in part 1.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub jobs: u64,
+    /// Their due times are spread over this many milliseconds from now.
+    #[arg(long, default_value_t = 5_000)]
+    pub spread_ms: u64,
+    /// Threads scheduling.
+    #[arg(long, default_value_t = 4)]
+    pub schedulers: usize,
+    /// Jobs per schedule_batch call.
+    #[arg(long, default_value_t = 1_000)]
+    pub batch: usize,
+    /// Worker threads claiming and completing.
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+    /// Jobs for the crash-and-recover part.
+    #[arg(long, default_value_t = 100_000)]
+    pub recovery_jobs: u64,
+    /// Data directory (default: a fresh temporary one, removed afterwards).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+impl Default for DemoArgs {
+    fn default() -> Self {
+        DemoArgs {
+            jobs: 1_000_000,
+            spread_ms: 5_000,
+            schedulers: 4,
+            batch: 1_000,
+            workers: 4,
+            recovery_jobs: 100_000,
+            dir: None,
+        }
+    }
+}
+
+type DynResult<T> = Result<T, Box<dyn Error>>;
+
+/// Runs the demo.
+pub fn run(args: DemoArgs) -> DynResult<()> {
+    let (dir, temporary) = match &args.dir {
+        Some(d) => (d.clone(), false),
+        None => (
+            std::env::temp_dir().join(format!("timewheel-demo-{}", std::process::id())),
+            true,
+        ),
+    };
+    if dir.exists() {
+        return Err(format!("{} exists; the demo wants a fresh directory", dir.display()).into());
+    }
+    println!("timewheel demo: data directory {}", dir.display());
+    let result = fire_part(&args, &dir.join("fire")).and_then(|()| {
+        recovery_part(&args, &dir.join("recovery"))
+    });
+    if temporary {
+        std::fs::remove_dir_all(&dir).ok();
+    }
+    result
+}
+
+fn now_ms() -> u64 {
+    use timewheel::Clock;
+    SystemClock.now_ms()
+}
+
+fn fire_part(args: &DemoArgs, dir: &std::path::Path) -> DynResult<()> {
+    let engine = Arc::new(Engine::open(Config::new(dir))?);
+    let total = args.jobs;
+    println!(
+        "\n1. Scheduling {total} durable jobs due over the next {:.1} s from {} threads \
+         (batches of {}), {} workers claiming and completing",
+        args.spread_ms as f64 / 1000.0,
+        args.schedulers,
+        args.batch,
+        args.workers
+    );
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "   {spinner} [{elapsed_precise}] {bar:40} {pos}/{len} completed ({per_sec}) {msg}",
+        )?
+        .progress_chars("=> "),
+    );
+    let completed = Arc::new(AtomicU64::new(0));
+    let duplicates = Arc::new(AtomicU64::new(0));
+    let start_ms = now_ms() + 200;
+    let done_scheduling = Arc::new(Barrier::new(args.schedulers + 1));
+
+    // Workers: drain what is ready, claim it, complete it in one durable batch.
+    let mut workers = Vec::new();
+    for _ in 0..args.workers {
+        let engine = engine.clone();
+        let completed = completed.clone();
+        let duplicates = duplicates.clone();
+        let bar = bar.clone();
+        workers.push(std::thread::spawn(move || -> timewheel::Result<()> {
+            let ready = engine.ready();
+            let mut batch: Vec<Claimed> = Vec::with_capacity(4096);
+            while completed.load(Ordering::Relaxed) < total {
+                let Ok(first) = ready.recv_timeout(Duration::from_millis(50)) else {
+                    continue;
+                };
+                for id in std::iter::once(first).chain(ready.try_iter().take(4095)) {
+                    if let Some(c) = engine.claim(id)? {
+                        batch.push(c);
+                    }
+                }
+                let results = engine.complete_batch(&batch)?;
+                let ok = results.iter().filter(|&&b| b).count() as u64;
+                duplicates.fetch_add(results.len() as u64 - ok, Ordering::Relaxed);
+                completed.fetch_add(ok, Ordering::Relaxed);
+                bar.inc(ok);
+                batch.clear();
+            }
+            Ok(())
+        }));
+    }
+
+    // Schedulers: each takes a share of the jobs, in batches, spread evenly over the window.
+    let scheduled_at = Instant::now();
+    let mut schedulers = Vec::new();
+    let per_thread = total.div_ceil(args.schedulers as u64);
+    for t in 0..args.schedulers as u64 {
+        let engine = engine.clone();
+        let barrier = done_scheduling.clone();
+        let (spread_ms, batch) = (args.spread_ms, args.batch as u64);
+        schedulers.push(std::thread::spawn(move || -> timewheel::Result<u64> {
+            let (from, to) = (t * per_thread, ((t + 1) * per_thread).min(total));
+            let mut i = from;
+            while i < to {
+                let n = batch.min(to - i);
+                let specs = (i..i + n).map(|k| {
+                    let due = start_ms + k * spread_ms / total;
+                    JobSpec::at(due).payload(k.to_le_bytes().to_vec())
+                });
+                engine.schedule_batch(specs)?;
+                i += n;
+            }
+            barrier.wait();
+            Ok(to - from)
+        }));
+    }
+    done_scheduling.wait();
+    let schedule_elapsed = scheduled_at.elapsed();
+    let mut scheduled = 0;
+    for s in schedulers {
+        scheduled += s.join().expect("scheduler thread")?;
+    }
+    bar.set_message(format!(
+        "(all {scheduled} scheduled in {:.2} s)",
+        schedule_elapsed.as_secs_f64()
+    ));
+    for w in workers {
+        w.join().expect("worker thread")?;
+    }
+    bar.finish();
+    let stats = engine.stats();
+    println!(
+        "   scheduled {scheduled} jobs in {:.3} s: {:.0} jobs/s, each acknowledged only once durable \
+         (group commit, msync)",
+        schedule_elapsed.as_secs_f64(),
+        scheduled as f64 / schedule_elapsed.as_secs_f64()
+    );
+    println!(
+        "   fire lateness (due -> in the ready queue): p50 {} us, p99 {} us, p99.9 {} us, max {} us; \
+         fired early: 0 (the wheel never fires early)",
+        stats.lateness_us_p50, stats.lateness_us_p99, stats.lateness_us_p999, stats.lateness_us_max
+    );
+    let fired_ok = stats.fired == scheduled && stats.completed == scheduled;
+    println!(
+        "   fired {} == scheduled {scheduled}: {}; completed {}, duplicate deliveries {}",
+        stats.fired,
+        if fired_ok { "yes" } else { "NO" },
+        stats.completed,
+        duplicates.load(Ordering::Relaxed)
+    );
+    let engine = Arc::into_inner(engine).expect("all threads joined");
+    engine.close()?;
+    if !fired_ok {
+        return Err("not every scheduled job fired exactly once".into());
+    }
+    Ok(())
+}
+
+fn recovery_part(args: &DemoArgs, dir: &std::path::Path) -> DynResult<()> {
+    let n = args.recovery_jobs;
+    println!("\n2. Crash and recovery: {n} durable jobs due in 1 s, then the engine is abandoned");
+    let engine = Engine::open(Config::new(dir))?;
+    let due = now_ms() + 1_000;
+    let mut ids = Vec::with_capacity(n as usize);
+    let mut k = 0;
+    while k < n {
+        let m = 10_000.min(n - k);
+        ids.extend(engine.schedule_batch((k..k + m).map(|_| JobSpec::at(due)))?);
+        k += m;
+    }
+    engine.abandon();
+    println!("   abandoned the engine without closing it (as a crash would); waiting 2 s");
+    std::thread::sleep(Duration::from_secs(2));
+    let reopened_at = Instant::now();
+    let engine = Engine::open(Config::new(dir))?;
+    let open_elapsed = reopened_at.elapsed();
+    let rec = engine.recovery().clone();
+    println!(
+        "   reopened in {:.1} ms: replayed {} records ({:.2} M records/s), {} missed jobs found",
+        open_elapsed.as_secs_f64() * 1e3,
+        rec.records,
+        rec.records_per_sec() / 1e6,
+        rec.missed
+    );
+    let ready = engine.ready();
+    let mut replayed = 0u64;
+    let mut batch = Vec::new();
+    while replayed < n {
+        let Ok(id) = ready.recv_timeout(Duration::from_secs(10)) else {
+            break;
+        };
+        for id in std::iter::once(id).chain(ready.try_iter()) {
+            if let Some(c) = engine.claim(id)? {
+                batch.push(c);
+            }
+        }
+        replayed += engine.complete_batch(&batch)?.iter().filter(|&&b| b).count() as u64;
+        batch.clear();
+    }
+    let all = replayed == n && rec.missed == n;
+    println!(
+        "   {replayed} of {n} missed jobs fired at once after the restart and completed: {}",
+        if all { "all replayed" } else { "SOME MISSING" }
+    );
+    engine.close()?;
+    if !all {
+        return Err("missed jobs were not all replayed".into());
+    }
+    println!("\nDone. Data in each part was acknowledged only after msync.");
+    Ok(())
+}

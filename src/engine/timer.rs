@@ -1,0 +1,47 @@
+//! The timer thread: sleeps until the next deadline or until something earlier is scheduled,
+//! then moves due job ids to the ready queue in bounded batches and expires leases.
+//!
+//! There is no idle ticking: with nothing due, the thread blocks on a condition variable until
+//! the next deadline (or forever, with an empty wheel) and is woken only by a schedule that
+//! needs an earlier wake-up, by a manual clock being moved, or by shutdown.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use timewheel_wal::storage::Storage;
+
+use super::Shared;
+
+/// Runs until shutdown.
+pub(crate) fn run<S: Storage>(shared: Arc<Shared<S>>) {
+    let max = shared.config.fires_per_advance_max;
+    let mut state = shared.lock_state();
+    loop {
+        if shared.stopping.load(Ordering::Acquire) {
+            return;
+        }
+        let (moved, _) = shared.run_timers_locked(&mut state, max);
+        if moved >= max {
+            // A burst: let schedule and cancel calls in between batches.
+            drop(state);
+            std::thread::yield_now();
+            state = shared.lock_state();
+            continue;
+        }
+        let deadline = state.next_deadline();
+        let wait = deadline.and_then(|due| shared.clock.real_wait(due));
+        state.sleeping_until_ms = deadline.unwrap_or(u64::MAX);
+        state = match wait {
+            Some(d) if d.is_zero() => continue,
+            Some(d) => {
+                shared
+                    .wake
+                    .wait_timeout(state, d)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0
+            }
+            None => shared.wake.wait(state).unwrap_or_else(|p| p.into_inner()),
+        };
+        state.sleeping_until_ms = u64::MAX;
+    }
+}

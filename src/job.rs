@@ -1,0 +1,126 @@
+//! Jobs as callers see them: ids, what to schedule, and what a worker holds.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A job's id: never reused within a data directory, also across restarts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobId(pub u64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// When a [`JobSpec`] is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Due {
+    /// At this time (ms since the Unix epoch, UTC).
+    At(u64),
+    /// This long after the moment the engine accepts the job.
+    After(Duration),
+}
+
+/// What to schedule: a due time and an opaque payload.
+///
+/// ```
+/// use std::time::Duration;
+/// use timewheel::JobSpec;
+/// let a = JobSpec::at(1_900_000_000_000).payload(b"order 42".to_vec());
+/// let b = JobSpec::after(Duration::from_secs(30 * 60)).payload("cancel if unpaid");
+/// # let _ = (a, b);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobSpec {
+    pub(crate) due: Due,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) binary: bool,
+}
+
+impl JobSpec {
+    /// A job due at `due_ms` (ms since the Unix epoch, UTC). A time in the past fires at once.
+    pub fn at(due_ms: u64) -> Self {
+        JobSpec {
+            due: Due::At(due_ms),
+            payload: Vec::new(),
+            binary: false,
+        }
+    }
+
+    /// A job due `delay` after it is accepted.
+    pub fn after(delay: Duration) -> Self {
+        JobSpec {
+            due: Due::After(delay),
+            payload: Vec::new(),
+            binary: false,
+        }
+    }
+
+    /// A job due at a UTC date-time. Times before 1970 are clamped to the epoch, which is in
+    /// the past and so fires at once.
+    pub fn at_time(at: chrono::DateTime<chrono::Utc>) -> Self {
+        Self::at(crate::clock::ms_from_datetime(at).unwrap_or(0))
+    }
+
+    /// Sets the payload (at most `Config::payload_bytes_max` bytes).
+    pub fn payload(mut self, payload: impl Into<Vec<u8>>) -> Self {
+        self.payload = payload.into();
+        self
+    }
+
+    /// Marks the payload as binary rather than text; the sidecar then reports it as
+    /// `payload_b64`. Kept in the log with the job.
+    pub fn binary(mut self, binary: bool) -> Self {
+        self.binary = binary;
+        self
+    }
+
+    /// When the job is due.
+    pub fn due(&self) -> Due {
+        self.due
+    }
+}
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobState {
+    /// Waiting for its due time.
+    Scheduled,
+    /// Due; its id is in the ready queue (or will be again after a lease ran out).
+    Ready,
+    /// Claimed by a worker, leased until a deadline.
+    Running,
+}
+
+/// A snapshot of a live job. Finished jobs (completed, failed, cancelled) are not kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobInfo {
+    /// The job.
+    pub id: JobId,
+    /// Its state.
+    pub state: JobState,
+    /// When it is due.
+    pub due_ms: u64,
+    /// Deliveries so far (0 before the first claim).
+    pub attempt: u32,
+}
+
+/// A job a worker has claimed. Hand it back to `complete` or `fail` before `lease_until_ms`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    /// The job.
+    pub id: JobId,
+    /// When it was due.
+    pub due_ms: u64,
+    /// The delivery attempt, 1 for the first: the fencing token. A completion with an older
+    /// attempt than the job's current one is refused.
+    pub attempt: u32,
+    /// The payload.
+    pub payload: Arc<[u8]>,
+    /// Whether the payload was marked binary.
+    pub binary: bool,
+    /// When the lease runs out and the job is delivered again.
+    pub lease_until_ms: u64,
+}

@@ -1,0 +1,1 @@
+//! The sidecar protocol (placeholder).

@@ -1,0 +1,100 @@
+//! What the engine reports about itself: counts per state, the ready queue, lateness, and
+//! what recovery found.
+
+use std::time::Duration;
+
+use crate::engine::StateView;
+
+/// What recovery did when the engine opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryStats {
+    /// Log records replayed.
+    pub records: u64,
+    /// Log segments scanned.
+    pub segments: u64,
+    /// Bytes of log scanned.
+    pub bytes: u64,
+    /// Time spent opening the log and rebuilding the state.
+    pub elapsed: Duration,
+    /// Live jobs after replay.
+    pub jobs: u64,
+    /// Jobs whose due time passed while the engine was down; they fire at once, in due order.
+    pub missed: u64,
+    /// Jobs that were claimed but not finished when the engine stopped; they are delivered
+    /// again with attempt + 1.
+    pub interrupted: u64,
+    /// A torn tail cut off the log: `(segment, offset)`.
+    pub torn_tail: Option<(u64, u64)>,
+}
+
+impl RecoveryStats {
+    /// Records replayed per second.
+    pub fn records_per_sec(&self) -> f64 {
+        self.records as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// A snapshot of the engine's counters.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Jobs waiting for their due time.
+    pub scheduled: u64,
+    /// Jobs fired and waiting to be claimed (or whose lease ran out).
+    pub ready: u64,
+    /// Jobs claimed and leased.
+    pub running: u64,
+    /// Jobs completed (over the life of the data directory).
+    pub completed: u64,
+    /// Jobs cancelled (over the life of the data directory).
+    pub cancelled: u64,
+    /// Jobs failed (over the life of the data directory).
+    pub failed: u64,
+    /// Ids in the ready channel, including ones `claim` will skip.
+    pub ready_queue_depth: usize,
+    /// Jobs past due and not yet running: the ready ones, plus scheduled ones the timer has not
+    /// reached (0 unless the timer thread is behind).
+    pub overdue: u64,
+    /// Jobs fired since open.
+    pub fired: u64,
+    /// Deliveries repeated after a lease ran out, since open.
+    pub redelivered: u64,
+    /// Missed jobs found at open.
+    pub missed_at_open: u64,
+    /// Fire lateness percentiles since open, in microseconds: p50, p99, p99.9, max.
+    pub lateness_us_p50: u64,
+    /// See `lateness_us_p50`.
+    pub lateness_us_p99: u64,
+    /// See `lateness_us_p50`.
+    pub lateness_us_p999: u64,
+    /// See `lateness_us_p50`.
+    pub lateness_us_max: u64,
+}
+
+impl Stats {
+    pub(crate) fn collect(
+        view: &StateView<'_>,
+        ready_queue_depth: usize,
+        recovery: &RecoveryStats,
+    ) -> Stats {
+        let h = view.lateness_us;
+        let q = |p: f64| if h.is_empty() { 0 } else { h.value_at_quantile(p) };
+        Stats {
+            scheduled: view.scheduled,
+            ready: view.ready,
+            running: view.running,
+            completed: view.completed,
+            cancelled: view.cancelled,
+            failed: view.failed,
+            ready_queue_depth,
+            overdue: view.ready + view.scheduled_overdue,
+            fired: view.fired,
+            redelivered: view.redelivered,
+            missed_at_open: recovery.missed,
+            lateness_us_p50: q(0.5),
+            lateness_us_p99: q(0.99),
+            lateness_us_p999: q(0.999),
+            lateness_us_max: if h.is_empty() { 0 } else { h.max() },
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! Bad input gets a typed `InvalidInput` error and writes nothing: the disk is byte-for-byte
+//! what it was, and a batch with one bad job schedules none of them.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{T0, config, open_sim};
+use timewheel::{Error, JobSpec, ManualClock};
+use timewheel_wal::testing::FaultDisk;
+
+fn disk_image(disk: &FaultDisk) -> Vec<(String, Vec<u8>)> {
+    let mut names = disk.live_names();
+    names.sort();
+    names
+        .into_iter()
+        .map(|n| {
+            let bytes = disk.live_file(&n).expect("listed");
+            (n, bytes)
+        })
+        .collect()
+}
+
+#[test]
+fn invalid_requests_are_refused_and_write_nothing() {
+    let disk = FaultDisk::new(60);
+    let clock = ManualClock::new(T0);
+    let engine = open_sim(&disk, &clock);
+    let good = engine.schedule(JobSpec::at(T0 + 10)).expect("a valid job");
+    let limits = config();
+    let before = disk_image(&disk);
+
+    let too_big = vec![0u8; limits.payload_bytes_max + 1];
+    let cases: Vec<(&str, timewheel::Result<_>)> = vec![
+        ("payload", engine.schedule(JobSpec::at(T0).payload(too_big.clone())).map(|_| ())),
+        (
+            "due_ms",
+            engine.schedule(JobSpec::at(T0 + limits.due_ahead_ms_max + 1)).map(|_| ()),
+        ),
+        (
+            "delay",
+            engine
+                .schedule(JobSpec::after(Duration::from_millis(limits.due_ahead_ms_max + 1)))
+                .map(|_| ()),
+        ),
+        (
+            "payload",
+            engine
+                .schedule_batch(vec![JobSpec::at(T0), JobSpec::at(T0).payload(too_big)])
+                .map(|_| ()),
+        ),
+        ("due_ms", engine.reschedule(good, u64::MAX).map(|_| ())),
+    ];
+    for (field, result) in cases {
+        match result {
+            Err(Error::InvalidInput { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("expected InvalidInput on {field}, got {other:?}"),
+        }
+    }
+    assert_eq!(disk_image(&disk), before, "nothing was written");
+    let stats = engine.stats();
+    assert_eq!(stats.scheduled, 1, "the half-bad batch scheduled nothing");
+    assert_eq!(engine.get(good).map(|j| j.due_ms), Some(T0 + 10));
+}
+
+#[test]
+fn an_oversized_failure_reason_is_refused() {
+    let disk = FaultDisk::new(61);
+    let clock = ManualClock::new(T0);
+    let engine = open_sim(&disk, &clock);
+    let id = engine.schedule(JobSpec::at(T0)).expect("ok");
+    engine.run_timers();
+    let c = engine.claim(id).expect("claim").expect("ready");
+    let before = disk_image(&disk);
+    let reason = "x".repeat(config().fail_reason_bytes_max + 1);
+    assert!(matches!(engine.fail(&c, &reason), Err(Error::InvalidInput { .. })));
+    assert_eq!(disk_image(&disk), before);
+    assert!(engine.fail(&c, "short").expect("a short reason is fine"));
+}
+
+#[test]
+fn a_bad_config_is_refused_before_touching_the_disk() {
+    let disk = FaultDisk::new(62);
+    let mut cfg = config();
+    cfg.segment_bytes = 4096;
+    let r = timewheel::Engine::open_on(disk.storage(), cfg, std::sync::Arc::new(ManualClock::new(T0)));
+    assert!(matches!(r, Err(Error::InvalidInput { .. })));
+    assert!(disk.live_names().is_empty());
+}

@@ -1,0 +1,42 @@
+//! Helpers shared by the engine's integration tests.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use timewheel::{Config, Engine, JobId, ManualClock};
+use timewheel_wal::testing::{FaultDisk, FaultStorage};
+
+/// A point in time far from the epoch, so that "hours ago" is still positive.
+pub const T0: u64 = 1_800_000_000_000;
+
+/// A config for tests: small segments, no timer thread (the test fires timers itself).
+pub fn config() -> Config {
+    let mut c = Config::new("/nonexistent-unused");
+    c.segment_bytes = 1 << 20;
+    c.timer_thread = false;
+    c
+}
+
+/// An engine on a fault-injecting disk with a manual clock, timers driven by the test.
+pub fn open_sim(disk: &FaultDisk, clock: &ManualClock) -> Engine<FaultStorage> {
+    Engine::open_on(disk.storage(), config(), Arc::new(clock.clone())).expect("engine opens")
+}
+
+/// Runs the timers and drains the ready queue.
+pub fn fire(engine: &Engine<FaultStorage>) -> Vec<JobId> {
+    engine.run_timers();
+    engine.ready().try_iter().collect()
+}
+
+/// Receives `n` ids, failing the test after a generous guard time.
+pub fn recv_n<S: timewheel_wal::storage::Storage>(engine: &Engine<S>, n: usize) -> Vec<JobId> {
+    let ready = engine.ready();
+    (0..n)
+        .map(|_| {
+            ready
+                .recv_timeout(Duration::from_secs(20))
+                .expect("a job fires (20 s guard)")
+        })
+        .collect()
+}

@@ -1,0 +1,113 @@
+//! The log's options: every limit has a name, a unit and a default.
+
+use std::time::Duration;
+
+use crate::error::Error;
+use crate::format::{SEGMENT_HEADER_BYTES, frame_bytes};
+
+/// How an append becomes durable before it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// `append` returns only once its record is synced (group commit shares the syncs).
+    #[default]
+    Sync,
+    /// `append` returns at once; a background thread syncs every interval (like Redis
+    /// `everysec`). A crash can lose up to one interval of acknowledged-by-return records.
+    Periodic(Duration),
+    /// `append` returns at once; syncs happen only on `sync`, `wait_durable`, a segment roll and
+    /// `close`. For tests, benchmarks and bulk loads.
+    Buffered,
+}
+
+/// What recovery on open does with damage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecoveryMode {
+    /// Cut off a torn tail (damage that nothing acknowledged depends on) and continue; refuse
+    /// damage to acknowledged data with `Error::Corrupted`.
+    #[default]
+    TolerateTornTail,
+    /// Refuse any damage, torn tail included, with `Error::Corrupted`. Nothing is modified.
+    Absolute,
+}
+
+/// Options of a [`Wal`](crate::Wal).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalOptions {
+    /// Size of every new segment file, in bytes. A multiple of 4096 (mapped files are paged),
+    /// at least [`WalOptions::SEGMENT_BYTES_MIN`]. Existing segments keep their size.
+    pub segment_bytes: u64,
+    /// The largest record body accepted by append, in bytes. A frame of this size must fit in
+    /// an empty segment.
+    pub record_bytes_max: u32,
+    /// When appends are durable.
+    pub durability: Durability,
+    /// What recovery does with damage.
+    pub recovery_mode: RecoveryMode,
+}
+
+impl WalOptions {
+    /// Default segment size: 64 MiB.
+    pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
+    /// Smallest segment size accepted: one page.
+    pub const SEGMENT_BYTES_MIN: u64 = 4096;
+    /// Largest segment size accepted: 1 TiB (offsets stay far from overflow).
+    pub const SEGMENT_BYTES_MAX: u64 = 1 << 40;
+    /// Default record body limit: 1 MiB.
+    pub const RECORD_BYTES_MAX_DEFAULT: u32 = 1 << 20;
+
+    /// Checks that the options are consistent.
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |why: String| Err(Error::InvalidOptions(why));
+        if self.segment_bytes < Self::SEGMENT_BYTES_MIN
+            || self.segment_bytes > Self::SEGMENT_BYTES_MAX
+            || self.segment_bytes % 4096 != 0
+        {
+            return bad(format!(
+                "segment_bytes = {} must be a multiple of 4096 in {}..={}",
+                self.segment_bytes,
+                Self::SEGMENT_BYTES_MIN,
+                Self::SEGMENT_BYTES_MAX
+            ));
+        }
+        let room = self.segment_bytes - SEGMENT_HEADER_BYTES as u64;
+        if frame_bytes(self.record_bytes_max as usize) as u64 > room {
+            return bad(format!(
+                "record_bytes_max = {} does not fit in a segment of {} bytes",
+                self.record_bytes_max, self.segment_bytes
+            ));
+        }
+        if let Durability::Periodic(interval) = self.durability
+            && interval.is_zero()
+        {
+            return bad("Durability::Periodic needs a non-zero interval".to_owned());
+        }
+        Ok(())
+    }
+}
+
+impl Default for WalOptions {
+    fn default() -> Self {
+        Self {
+            segment_bytes: Self::SEGMENT_BYTES_DEFAULT,
+            record_bytes_max: Self::RECORD_BYTES_MAX_DEFAULT,
+            durability: Durability::default(),
+            recovery_mode: RecoveryMode::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_limits_checked() {
+        assert!(WalOptions::default().validate().is_ok());
+        let small = WalOptions { segment_bytes: 4096, record_bytes_max: 4000, ..Default::default() };
+        assert!(small.validate().is_ok());
+        let too_big = WalOptions { record_bytes_max: 4010, ..small.clone() };
+        assert!(matches!(too_big.validate(), Err(Error::InvalidOptions(_))));
+        let unaligned = WalOptions { segment_bytes: 5000, ..small };
+        assert!(unaligned.validate().is_err());
+    }
+}
