@@ -9,7 +9,7 @@ pub(crate) const SECTOR_BYTES: usize = 512;
 pub(crate) const PAGE_BYTES: usize = 4096;
 /// Sectors per page.
 pub(crate) const SECTORS_PER_PAGE: usize = PAGE_BYTES / SECTOR_BYTES;
-const _: () = assert!(PAGE_BYTES % SECTOR_BYTES == 0);
+const _: () = assert!(PAGE_BYTES.is_multiple_of(SECTOR_BYTES));
 
 /// A file's contents on the simulated disk. Its length is fixed at creation.
 #[derive(Debug, Clone)]

@@ -50,10 +50,12 @@ mod crash;
 mod disk;
 mod inode;
 mod rng;
+mod storage;
 
 pub use crash::CrashOptions;
-pub use disk::{FaultDisk, FaultFile, FaultStats, FaultStorage, SyncFailure};
+pub use disk::{FaultDisk, FaultStats, SyncFailure};
 pub use rng::SimRng;
+pub use storage::{FaultFile, FaultStorage};
 
 /// The sector size of the simulated disk: the unit that a crash keeps or loses atomically.
 pub const SECTOR_BYTES: usize = inode::SECTOR_BYTES;

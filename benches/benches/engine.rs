@@ -1,0 +1,226 @@
+//! End-to-end engine benchmarks, with the peers measured in the same run.
+//!
+//! `cargo bench -p timewheel-benches --bench engine` (add `-- quick` for a smaller run).
+//!
+//! Figures: durable `schedule_batch` throughput; single durable `schedule` calls from 1, 8 and
+//! 64 threads; fire lateness with 1M pending and ~100k fires/s; recovery time for 10M jobs.
+//! Peers, where a peer exists: SQLite (WAL mode, synchronous=FULL: durable like us) and Redis
+//! (ZADD with appendonly yes, appendfsync always) when `redis-server` is installed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use timewheel::{Clock, Config, Engine, JobSpec, SystemClock};
+
+#[path = "peers/mod.rs"]
+mod peers;
+
+struct Sizes {
+    batch_jobs: u64,
+    single_secs: f64,
+    lateness_jobs: u64,
+    recovery_jobs: u64,
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "quick");
+    let sizes = if quick {
+        Sizes {
+            batch_jobs: 200_000,
+            single_secs: 1.0,
+            lateness_jobs: 100_000,
+            recovery_jobs: 1_000_000,
+        }
+    } else {
+        Sizes {
+            batch_jobs: 2_000_000,
+            single_secs: 3.0,
+            lateness_jobs: 1_000_000,
+            recovery_jobs: 10_000_000,
+        }
+    };
+    let root = bench_dir();
+    println!("# timewheel engine benchmarks ({} run), data under {}", if quick { "quick" } else { "full" }, root.display());
+    batch_schedule(&root, &sizes);
+    single_schedule(&root, &sizes);
+    lateness(&root, &sizes);
+    recovery(&root, &sizes);
+    std::fs::remove_dir_all(&root).ok();
+}
+
+fn bench_dir() -> PathBuf {
+    // Not /dev/shm: a sync on tmpfs costs nothing and would flatter every durable figure.
+    let d = std::env::temp_dir().join(format!("timewheel-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("bench dir");
+    d
+}
+
+fn fresh(root: &Path, name: &str) -> PathBuf {
+    let d = root.join(name);
+    std::fs::remove_dir_all(&d).ok();
+    d
+}
+
+fn now_ms() -> u64 {
+    SystemClock.now_ms()
+}
+
+fn batch_schedule(root: &Path, s: &Sizes) {
+    println!("\n## Durable batch schedule ({} jobs, 16-byte payloads, Sync)", s.batch_jobs);
+    println!("| system | batch | jobs/s |");
+    println!("|---|---|---|");
+    for batch in [1_000u64, 10_000] {
+        let engine = Engine::open(Config::new(fresh(root, "batch"))).expect("open");
+        let due = now_ms() + 3_600_000;
+        let t = Instant::now();
+        let mut i = 0;
+        while i < s.batch_jobs {
+            let n = batch.min(s.batch_jobs - i);
+            engine
+                .schedule_batch((i..i + n).map(|k| JobSpec::at(due + k % 1000).payload([7u8; 16])))
+                .expect("schedule");
+            i += n;
+        }
+        let rate = s.batch_jobs as f64 / t.elapsed().as_secs_f64();
+        println!("| timewheel schedule_batch | {batch} | {rate:.0} |");
+        engine.close().expect("close");
+    }
+    let n = (s.batch_jobs / 10).max(10_000);
+    match peers::sqlite_batch(&fresh(root, "sqlite"), n, 1_000) {
+        Ok(r) => println!("| SQLite (WAL, synchronous=FULL), 1 txn per batch | 1000 | {r:.0} |"),
+        Err(e) => println!("| SQLite | 1000 | skipped: {e} |"),
+    }
+    match peers::redis_batch(&fresh(root, "redis"), n, 1_000) {
+        Ok(r) => println!("| Redis ZADD pipelined, AOF fsync always | 1000 | {r:.0} |"),
+        Err(e) => println!("| Redis | 1000 | skipped: {e} |"),
+    }
+}
+
+fn single_schedule(root: &Path, s: &Sizes) {
+    println!("\n## Single durable schedule calls ({:.0} s per row, Sync, group commit)", s.single_secs);
+    println!("| system | threads | calls/s |");
+    println!("|---|---|---|");
+    for threads in [1usize, 8, 64] {
+        let engine = Arc::new(Engine::open(Config::new(fresh(root, "single"))).expect("open"));
+        let stop = Arc::new(AtomicBool::new(false));
+        let count = Arc::new(AtomicU64::new(0));
+        let due = now_ms() + 3_600_000;
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let (engine, stop, count) = (engine.clone(), stop.clone(), count.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        engine.schedule(JobSpec::at(due).payload([1u8; 16])).expect("schedule");
+                        count.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        let t = Instant::now();
+        std::thread::sleep(Duration::from_secs_f64(s.single_secs));
+        stop.store(true, Ordering::Relaxed);
+        for h in handles {
+            h.join().expect("thread");
+        }
+        let rate = count.load(Ordering::Relaxed) as f64 / t.elapsed().as_secs_f64();
+        println!("| timewheel schedule | {threads} | {rate:.0} |");
+        Arc::into_inner(engine).expect("joined").close().expect("close");
+    }
+    match peers::sqlite_single(&fresh(root, "sqlite1"), s.single_secs) {
+        Ok(r) => println!("| SQLite, 1 row per transaction | 1 | {r:.0} |"),
+        Err(e) => println!("| SQLite | 1 | skipped: {e} |"),
+    }
+    for clients in [1usize, 8, 64] {
+        match peers::redis_single(&fresh(root, "redis1"), clients, s.single_secs) {
+            Ok(r) => println!("| Redis ZADD, AOF fsync always | {clients} | {r:.0} |"),
+            Err(e) => println!("| Redis | {clients} | skipped: {e} |"),
+        }
+    }
+}
+
+fn lateness(root: &Path, s: &Sizes) {
+    let n = s.lateness_jobs;
+    let window_ms = n / 100; // ~100k fires per second
+    println!(
+        "\n## Fire lateness: {n} jobs pending, due over {:.1} s (~100k fires/s), 2 workers claiming",
+        window_ms as f64 / 1000.0
+    );
+    let engine = Arc::new(Engine::open(Config::new(fresh(root, "late"))).expect("open"));
+    let start = now_ms() + 2_000;
+    let mut i = 0;
+    while i < n {
+        let m = 10_000.min(n - i);
+        engine
+            .schedule_batch((i..i + m).map(|k| JobSpec::at(start + k * window_ms / n)))
+            .expect("schedule");
+        i += m;
+    }
+    let early = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let (engine, early, done) = (engine.clone(), early.clone(), done.clone());
+            std::thread::spawn(move || {
+                let ready = engine.ready();
+                let mut batch = Vec::new();
+                while done.load(Ordering::Relaxed) < n {
+                    let Ok(id) = ready.recv_timeout(Duration::from_millis(100)) else { continue };
+                    for id in std::iter::once(id).chain(ready.try_iter().take(4095)) {
+                        if let Some(c) = engine.claim(id).expect("claim") {
+                            if now_ms() < c.due_ms {
+                                early.fetch_add(1, Ordering::Relaxed);
+                            }
+                            batch.push(c);
+                        }
+                    }
+                    let ok = engine.complete_batch(&batch).expect("complete").len() as u64;
+                    done.fetch_add(ok, Ordering::Relaxed);
+                    batch.clear();
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker");
+    }
+    let st = engine.stats();
+    println!("| figure | value |");
+    println!("|---|---|");
+    println!("| pending at start | {n} |");
+    println!("| lateness p50 | {} us |", st.lateness_us_p50);
+    println!("| lateness p99 | {} us |", st.lateness_us_p99);
+    println!("| lateness p99.9 | {} us |", st.lateness_us_p999);
+    println!("| lateness max | {} us |", st.lateness_us_max);
+    println!("| fired early | {} |", early.load(Ordering::Relaxed));
+    Arc::into_inner(engine).expect("joined").close().expect("close");
+}
+
+fn recovery(root: &Path, s: &Sizes) {
+    let n = s.recovery_jobs;
+    println!("\n## Recovery: {n} jobs in the log (schedule records, 16-byte payloads)");
+    let dir = fresh(root, "recovery");
+    let engine = Engine::open(Config::new(&dir)).expect("open");
+    let due = now_ms() + 3_600_000;
+    let mut i = 0;
+    while i < n {
+        let m = 100_000.min(n - i);
+        engine
+            .schedule_batch((i..i + m).map(|k| JobSpec::at(due + k % 3_600_000).payload([3u8; 16])))
+            .expect("schedule");
+        i += m;
+    }
+    engine.abandon();
+    let t = Instant::now();
+    let engine = Engine::open(Config::new(&dir)).expect("reopen");
+    let elapsed = t.elapsed();
+    let rec = engine.recovery().clone();
+    println!("| figure | value |");
+    println!("|---|---|");
+    println!("| records replayed | {} |", rec.records);
+    println!("| log bytes scanned | {} MiB |", rec.bytes >> 20);
+    println!("| open (lock + scan + replay + rebuild wheel) | {:.0} ms |", elapsed.as_secs_f64() * 1e3);
+    println!("| records/s | {:.2} M |", rec.records as f64 / elapsed.as_secs_f64() / 1e6);
+    engine.close().expect("close");
+}
