@@ -1,1 +1,146 @@
-fn main() {}
+//! The `timewheel` binary: the demo (also what runs with no subcommand) and the JSON-lines
+//! sidecar, `timewheel serve --dir DIR`.
+//!
+//! Logs go to stderr only, filtered by `RUST_LOG`: in `serve`, stdout is the protocol.
+
+mod cli;
+
+use std::io::BufReader;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use timewheel::sidecar::{ServeOptions, serve};
+use timewheel::{Config, Engine};
+
+use cli::demo::{self, DemoArgs};
+
+/// An embedded, durable timer and job engine.
+#[derive(Parser, Debug)]
+#[command(version, about, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// With no subcommand, the demo runs with these options.
+    #[command(flatten)]
+    demo: DemoArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Schedule a million durable jobs, fire them, then crash and recover (the default).
+    Demo(DemoArgs),
+    /// Serve the engine as JSON lines on stdin/stdout (the sidecar protocol).
+    Serve(ServeArgs),
+}
+
+/// Options of `timewheel serve`.
+#[derive(clap::Args, Debug)]
+struct ServeArgs {
+    /// The data directory (created if missing, locked while serving).
+    #[arg(long)]
+    dir: PathBuf,
+    /// Complete each job right after printing its fired event.
+    #[arg(long)]
+    auto_complete: bool,
+    /// How long a delivered job may go without complete or fail before it fires again.
+    #[arg(long, value_name = "N", default_value_t = Config::new("").lease_ms)]
+    lease_ms: u64,
+    /// Longest request line accepted; longer ones get a bad_request error.
+    #[arg(long, value_name = "N", default_value_t = Config::new("").line_bytes_max)]
+    max_line_bytes: usize,
+}
+
+/// Input buffer of `serve`: large enough that a burst of requests is read, and batched, at
+/// once.
+const SERVE_INPUT_BUFFER_BYTES: usize = 64 << 10;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Serve(args)) => {
+            init_logging("warn");
+            run_serve(args)
+        }
+        Some(Command::Demo(args)) => run_demo(args),
+        None => run_demo(cli.demo),
+    }
+}
+
+fn run_demo(args: DemoArgs) -> ExitCode {
+    init_logging("warn");
+    match demo::run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("timewheel demo: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_serve(args: ServeArgs) -> ExitCode {
+    let mut config = Config::new(&args.dir);
+    config.lease_ms = args.lease_ms;
+    config.line_bytes_max = args.max_line_bytes;
+    // Installed first, so that a SIGTERM during a long recovery also ends in a flush and
+    // exit 0 (serving stops at once) rather than in death by signal.
+    let stop = match stop_on_signals() {
+        Ok(stop) => stop,
+        Err(e) => {
+            eprintln!("timewheel serve: installing the SIGTERM handler: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let engine = match Engine::open(config.clone()) {
+        Ok(engine) => engine,
+        Err(e) => {
+            eprintln!("timewheel serve: opening {}: {e}", args.dir.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let options = ServeOptions {
+        auto_complete: args.auto_complete,
+        stop: Some(stop),
+    };
+    let input = BufReader::with_capacity(SERVE_INPUT_BUFFER_BYTES, std::io::stdin());
+    let result = serve(&engine, &config, input, std::io::stdout(), options);
+    // Releases the directory lock before the process ends.
+    drop(engine);
+    match result {
+        Ok(end) => {
+            tracing::info!(?end, "sidecar stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("timewheel serve: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// SIGTERM (and SIGINT, for a terminal) stop serving the way EOF does: flush, exit 0.
+fn stop_on_signals() -> std::io::Result<crossbeam_channel::Receiver<()>> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::Builder::new()
+        .name("timewheel-signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                tracing::info!(signal, "stopping on a signal");
+                // Full means a stop is already pending.
+                let _ = tx.try_send(());
+            }
+        })?;
+    Ok(rx)
+}
+
+fn init_logging(default_level: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

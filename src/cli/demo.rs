@@ -70,9 +70,8 @@ pub fn run(args: DemoArgs) -> DynResult<()> {
         return Err(format!("{} exists; the demo wants a fresh directory", dir.display()).into());
     }
     println!("timewheel demo: data directory {}", dir.display());
-    let result = fire_part(&args, &dir.join("fire")).and_then(|()| {
-        recovery_part(&args, &dir.join("recovery"))
-    });
+    let result = fire_part(&args, &dir.join("fire"))
+        .and_then(|()| recovery_part(&args, &dir.join("recovery")));
     if temporary {
         std::fs::remove_dir_all(&dir).ok();
     }
@@ -241,7 +240,11 @@ fn recovery_part(args: &DemoArgs, dir: &std::path::Path) -> DynResult<()> {
                 batch.push(c);
             }
         }
-        replayed += engine.complete_batch(&batch)?.iter().filter(|&&b| b).count() as u64;
+        replayed += engine
+            .complete_batch(&batch)?
+            .iter()
+            .filter(|&&b| b)
+            .count() as u64;
         batch.clear();
     }
     let all = replayed == n && rec.missed == n;

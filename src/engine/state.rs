@@ -35,7 +35,6 @@ pub(crate) struct Counters {
     pub failed: u64,
     pub fired: u64,
     pub redelivered: u64,
-    pub missed: u64,
 }
 
 /// Ids are sequential, so multiplying by an odd constant spreads them well enough; SipHash

@@ -119,7 +119,10 @@ impl<F> GroupCommit<F> {
         mut sync: impl FnMut(&[DirtyRange<F>]) -> io::Result<()>,
     ) -> Result<(), CommitError> {
         let mut st = lock(&self.state);
-        assert!(lsn <= st.written_lsn, "only written LSNs can become durable");
+        assert!(
+            lsn <= st.written_lsn,
+            "only written LSNs can become durable"
+        );
         loop {
             if st.durable_lsn >= lsn {
                 return Ok(());
@@ -128,7 +131,10 @@ impl<F> GroupCommit<F> {
                 return Err(CommitError::Poisoned);
             }
             if st.leader_active {
-                st = self.durable_changed.wait(st).expect("a WAL thread panicked");
+                st = self
+                    .durable_changed
+                    .wait(st)
+                    .expect("a WAL thread panicked");
                 continue;
             }
             st.leader_active = true;
@@ -162,7 +168,12 @@ mod tests {
     use std::thread;
 
     fn range(segment_id: u64, start: u64, end: u64) -> DirtyRange<()> {
-        DirtyRange { segment_id, file: Arc::new(()), start, end }
+        DirtyRange {
+            segment_id,
+            file: Arc::new(()),
+            start,
+            end,
+        }
     }
 
     #[test]

@@ -178,7 +178,10 @@ impl fmt::Display for CorruptionReason {
                 write!(f, "record has LSN {found}, expected {expected}")
             }
             Self::UnknownRecordType { record_type } => {
-                write!(f, "unknown reserved record type {record_type:#04x}, not skippable")
+                write!(
+                    f,
+                    "unknown reserved record type {record_type:#04x}, not skippable"
+                )
             }
             Self::GarbageAfterEnd => f.write_str("non-zero bytes after the last record"),
         }

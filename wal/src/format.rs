@@ -54,8 +54,8 @@ const HEADER_CRC_OFFSET: usize = HEADER_PAD_OFFSET + 12;
 /// Bytes of the segment header; the first record starts right after it.
 pub const SEGMENT_HEADER_BYTES: usize = HEADER_CRC_OFFSET + 4;
 const _: () = assert!(SEGMENT_HEADER_BYTES == 64);
-const _: () = assert!(SEGMENT_HEADER_BYTES % RECORD_ALIGN == 0);
-const _: () = assert!(SEGMENT_ID_OFFSET % 8 == 0 && FIRST_LSN_OFFSET % 8 == 0);
+const _: () = assert!(SEGMENT_HEADER_BYTES.is_multiple_of(RECORD_ALIGN));
+const _: () = assert!(SEGMENT_ID_OFFSET.is_multiple_of(8) && FIRST_LSN_OFFSET.is_multiple_of(8));
 
 // Record header fields.
 const LEN_OFFSET: usize = 0;
@@ -70,7 +70,7 @@ pub const RECORD_HEADER_BYTES: usize = DURABLE_DELTA_OFFSET + 4;
 /// Every record starts at a multiple of this, and every frame is a multiple of it.
 pub const RECORD_ALIGN: usize = 8;
 const _: () = assert!(RECORD_HEADER_BYTES == 24);
-const _: () = assert!(RECORD_HEADER_BYTES % RECORD_ALIGN == 0);
+const _: () = assert!(RECORD_HEADER_BYTES.is_multiple_of(RECORD_ALIGN));
 // The crc covers the len field and everything after the crc field: they must be adjacent.
 const _: () = assert!(CRC_OFFSET == LEN_OFFSET + 4 && TYPE_OFFSET == CRC_OFFSET + 4);
 
@@ -104,7 +104,8 @@ pub struct SegmentHeader {
     pub segment_bytes: u64,
 }
 
-/// A decoded record header. Decoding never fails; [`check_record`] says whether it is valid.
+/// A decoded record header. Decoding never fails; [`check_record_header`] and
+/// [`check_record_crc`] say whether it is valid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordHeader {
     /// Body length in bytes.
@@ -159,8 +160,11 @@ pub const fn frame_bytes(body_len: usize) -> usize {
 /// The value written in `durable_delta` by a record `lsn` written while `durable` was the
 /// highest durable LSN; saturates to [`DURABLE_DELTA_NONE`] so it never over-claims.
 pub fn durable_delta(lsn: Lsn, durable: Lsn) -> u32 {
-    assert!(durable < lsn, "a record is written after everything durable");
-    u32::try_from(lsn - durable).map_or(DURABLE_DELTA_NONE, |d| d.min(DURABLE_DELTA_NONE))
+    assert!(
+        durable < lsn,
+        "a record is written after everything durable"
+    );
+    u32::try_from(lsn - durable).unwrap_or(DURABLE_DELTA_NONE)
 }
 
 /// The highest LSN that a record `lsn` with `delta` proves was acknowledged durable.
@@ -231,11 +235,15 @@ pub fn decode_header(b: &[u8; SEGMENT_HEADER_BYTES]) -> Result<SegmentHeader, Co
         return Err(CorruptionReason::HeaderVersion { found: version });
     }
     if b[CHECKSUM_KIND_OFFSET] != CHECKSUM_CRC32_SALTED {
-        return Err(CorruptionReason::HeaderChecksumKind { found: b[CHECKSUM_KIND_OFFSET] });
+        return Err(CorruptionReason::HeaderChecksumKind {
+            found: b[CHECKSUM_KIND_OFFSET],
+        });
     }
     let reserved_zero = b[HEADER_FLAGS_OFFSET] == 0
         && u32_at(b, HEADER_RESERVED_OFFSET) == 0
-        && b[HEADER_PAD_OFFSET..HEADER_CRC_OFFSET].iter().all(|&x| x == 0);
+        && b[HEADER_PAD_OFFSET..HEADER_CRC_OFFSET]
+            .iter()
+            .all(|&x| x == 0);
     if !reserved_zero {
         return Err(CorruptionReason::HeaderReserved);
     }
@@ -329,7 +337,9 @@ pub fn record_disposition(h: &RecordHeader) -> Result<bool, CorruptionReason> {
     } else if h.flags & FLAG_SKIPPABLE != 0 {
         Ok(false)
     } else {
-        Err(CorruptionReason::UnknownRecordType { record_type: h.record_type })
+        Err(CorruptionReason::UnknownRecordType {
+            record_type: h.record_type,
+        })
     }
 }
 
@@ -358,7 +368,12 @@ mod tests {
 
     #[test]
     fn header_roundtrip_and_crc() {
-        let h = SegmentHeader { segment_id: 7, salt: 0xABCD, first_lsn: 99, segment_bytes: 8192 };
+        let h = SegmentHeader {
+            segment_id: 7,
+            salt: 0xABCD,
+            first_lsn: 99,
+            segment_bytes: 8192,
+        };
         let mut b = encode_header(&h);
         assert_eq!(decode_header(&b), Ok(h));
         b[20] ^= 1;
@@ -367,7 +382,12 @@ mod tests {
 
     #[test]
     fn record_crc_depends_on_salt_and_offset() {
-        let meta = RecordMeta { lsn: 1, record_type: 1, flags: 0, durable_delta: 1 };
+        let meta = RecordMeta {
+            lsn: 1,
+            record_type: 1,
+            flags: 0,
+            durable_delta: 1,
+        };
         let mut a = Vec::new();
         encode_record(&mut a, 1, 64, meta, b"hello");
         let h = decode_record_header(&a);

@@ -60,7 +60,7 @@ impl WalOptions {
         let bad = |why: String| Err(Error::InvalidOptions(why));
         if self.segment_bytes < Self::SEGMENT_BYTES_MIN
             || self.segment_bytes > Self::SEGMENT_BYTES_MAX
-            || self.segment_bytes % 4096 != 0
+            || !self.segment_bytes.is_multiple_of(4096)
         {
             return bad(format!(
                 "segment_bytes = {} must be a multiple of 4096 in {}..={}",
@@ -103,11 +103,21 @@ mod tests {
     #[test]
     fn defaults_are_valid_and_limits_checked() {
         assert!(WalOptions::default().validate().is_ok());
-        let small = WalOptions { segment_bytes: 4096, record_bytes_max: 4000, ..Default::default() };
+        let small = WalOptions {
+            segment_bytes: 4096,
+            record_bytes_max: 4000,
+            ..Default::default()
+        };
         assert!(small.validate().is_ok());
-        let too_big = WalOptions { record_bytes_max: 4010, ..small.clone() };
+        let too_big = WalOptions {
+            record_bytes_max: 4010,
+            ..small.clone()
+        };
         assert!(matches!(too_big.validate(), Err(Error::InvalidOptions(_))));
-        let unaligned = WalOptions { segment_bytes: 5000, ..small };
+        let unaligned = WalOptions {
+            segment_bytes: 5000,
+            ..small
+        };
         assert!(unaligned.validate().is_err());
     }
 }

@@ -58,7 +58,7 @@ pub struct TornTail {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecoveryReport {
     /// Segment files in the log after recovery.
-    pub segments: usize,
+    pub segments: u64,
     /// Valid records found (skipped ones included).
     pub records: u64,
     /// Records of unknown reserved types skipped because they were marked skippable.
@@ -77,6 +77,9 @@ pub struct RecoveryReport {
     pub elapsed: Duration,
 }
 
+/// The segments in id order (the last is appended to) and the report.
+pub(crate) type Recovered<F> = (Vec<Segment<F>>, RecoveryReport);
+
 /// The outcome of scanning one segment's records.
 struct Scan {
     /// Offset after the last valid record.
@@ -88,7 +91,11 @@ struct Scan {
 }
 
 fn corrupted(segment: u64, offset: u64, reason: CorruptionReason) -> Error {
-    Error::Corrupted { segment, offset, reason }
+    Error::Corrupted {
+        segment,
+        offset,
+        reason,
+    }
 }
 
 /// Runs recovery over `storage` (already locked), returning the segments in id order (the
@@ -96,7 +103,7 @@ fn corrupted(segment: u64, offset: u64, reason: CorruptionReason) -> Error {
 pub(crate) fn recover<S: Storage>(
     storage: &S,
     opts: &WalOptions,
-) -> Result<(Vec<Segment<S::File>>, RecoveryReport), Error> {
+) -> Result<Recovered<S::File>, Error> {
     let started = Instant::now();
     let mut report = RecoveryReport {
         segments: 0,
@@ -117,7 +124,10 @@ pub(crate) fn recover<S: Storage>(
     if !report.removed_files.is_empty() {
         storage.sync_dir()?;
     }
-    let mut ids: Vec<u64> = names.iter().filter_map(|n| parse_segment_file_name(n)).collect();
+    let mut ids: Vec<u64> = names
+        .iter()
+        .filter_map(|n| parse_segment_file_name(n))
+        .collect();
     ids.sort_unstable();
     if let Some(w) = ids.windows(2).find(|w| w[1] != w[0] + 1) {
         let id = w[0] + 1;
@@ -173,7 +183,13 @@ pub(crate) fn recover<S: Storage>(
                 tracing::error!(segment = id, offset, %reason, sealed = !is_last, "WAL damage refused");
                 return Err(corrupted(id, offset, reason));
             }
-            let look = look_ahead(&*segment.file, header.salt, offset, Some(expected_lsn), &mut window)?;
+            let look = look_ahead(
+                &*segment.file,
+                header.salt,
+                offset,
+                Some(expected_lsn),
+                &mut window,
+            )?;
             if let Some((voucher_offset, voucher_lsn)) = look.found {
                 tracing::error!(segment = id, offset, %reason, voucher_offset, voucher_lsn,
                     "WAL damage to acknowledged data: a later record vouches for it");
@@ -181,8 +197,13 @@ pub(crate) fn recover<S: Storage>(
             }
             let bytes_zeroed = zero_range(&*segment.file, offset, look.nonzero_end)?;
             tracing::warn!(segment = id, offset, expected_lsn, %reason, bytes_zeroed, "WAL torn tail cut");
-            report.torn_tail =
-                Some(TornTail { segment: id, offset, expected_lsn, reason, bytes_zeroed });
+            report.torn_tail = Some(TornTail {
+                segment: id,
+                offset,
+                expected_lsn,
+                reason,
+                bytes_zeroed,
+            });
             segment.end = offset;
         }
         segments.push(segment);
@@ -196,7 +217,7 @@ pub(crate) fn recover<S: Storage>(
     // Records read back from the page cache after a process crash may not be on disk yet;
     // they are about to be vouched for, so make them durable first.
     last.file.sync_range(0, last.end)?;
-    report.segments = segments.len();
+    report.segments = segments.len() as u64;
     report.first_lsn = segments[0].first_lsn;
     report.last_lsn = last.last_lsn;
     report.elapsed = started.elapsed();
@@ -220,15 +241,23 @@ fn read_header<F: StorageFile>(
         Err(reason) => return Ok(Err(reason)),
     };
     let verdict = if header.segment_id != id {
-        Err(CorruptionReason::HeaderSegmentId { found: header.segment_id })
+        Err(CorruptionReason::HeaderSegmentId {
+            found: header.segment_id,
+        })
     } else if header.segment_bytes != file_bytes {
-        Err(CorruptionReason::HeaderSegmentBytes { found: header.segment_bytes, file_bytes })
+        Err(CorruptionReason::HeaderSegmentBytes {
+            found: header.segment_bytes,
+            file_bytes,
+        })
     } else if header.first_lsn == 0
         || header.first_lsn > LSN_MAX
         || expected_first.is_some_and(|e| e != header.first_lsn)
     {
         let expected = expected_first.unwrap_or(1);
-        Err(CorruptionReason::HeaderFirstLsn { expected, found: header.first_lsn })
+        Err(CorruptionReason::HeaderFirstLsn {
+            expected,
+            found: header.first_lsn,
+        })
     } else {
         Ok(header)
     };
@@ -245,12 +274,22 @@ fn scan_segment<F: StorageFile>(
     let len = file.len_bytes();
     let mut off = SEGMENT_HEADER_BYTES as u64;
     let mut lsn = header.first_lsn;
-    let damaged = |off, lsn: Lsn, reason| Scan { end: off, last_lsn: lsn - 1, damage: Some((off, reason)) };
+    let damaged = |off, lsn: Lsn, reason| Scan {
+        end: off,
+        last_lsn: lsn - 1,
+        damage: Some((off, reason)),
+    };
     loop {
-        if off + RECORD_HEADER_BYTES as u64 > len || all_zero(window.get(file, len, off, RECORD_HEADER_BYTES)?) {
+        if off + RECORD_HEADER_BYTES as u64 > len
+            || all_zero(window.get(file, len, off, RECORD_HEADER_BYTES)?)
+        {
             // The end of the records: everything after must be zero fill.
             if rest_is_zero(file, window, off)? {
-                return Ok(Scan { end: off, last_lsn: lsn - 1, damage: None });
+                return Ok(Scan {
+                    end: off,
+                    last_lsn: lsn - 1,
+                    damage: None,
+                });
             }
             return Ok(damaged(off, lsn, CorruptionReason::GarbageAfterEnd));
         }
@@ -263,7 +302,14 @@ fn scan_segment<F: StorageFile>(
             return Ok(damaged(off, lsn, reason));
         }
         if h.lsn != lsn {
-            return Ok(damaged(off, lsn, CorruptionReason::RecordLsn { expected: lsn, found: h.lsn }));
+            return Ok(damaged(
+                off,
+                lsn,
+                CorruptionReason::RecordLsn {
+                    expected: lsn,
+                    found: h.lsn,
+                },
+            ));
         }
         match record_disposition(&h) {
             Ok(true) => report.records += 1,
@@ -333,13 +379,19 @@ fn look_ahead<F: StorageFile>(
             if plausible && check_record_header(&h, len - off).is_ok() {
                 let frame = window.get(file, len, off, h.frame_bytes() as usize)?;
                 if check_record_crc(&h, crc_seed(salt, off), frame).is_ok() {
-                    return Ok(LookAhead { found: Some((off, h.lsn)), nonzero_end });
+                    return Ok(LookAhead {
+                        found: Some((off, h.lsn)),
+                        nonzero_end,
+                    });
                 }
             }
         }
         off += word_len as u64;
     }
-    Ok(LookAhead { found: None, nonzero_end })
+    Ok(LookAhead {
+        found: None,
+        nonzero_end,
+    })
 }
 
 /// Whether a segment whose header is damaged holds any record valid under the salt its header
@@ -351,7 +403,13 @@ fn holds_valid_record<F: StorageFile>(file: &F, window: &mut Window) -> io::Resu
     }
     let mut raw = [0u8; SEGMENT_HEADER_BYTES];
     file.read_at(0, &mut raw)?;
-    let look = look_ahead(file, raw_header_salt(&raw), SEGMENT_HEADER_BYTES as u64, None, window)?;
+    let look = look_ahead(
+        file,
+        raw_header_salt(&raw),
+        SEGMENT_HEADER_BYTES as u64,
+        None,
+        window,
+    )?;
     Ok(look.found.is_some())
 }
 

@@ -53,7 +53,9 @@ pub(crate) fn random_salt() -> u64 {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut hasher = RandomState::new().build_hasher();
     hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
     hasher.write_u128(nanos);
     hasher.write_u32(std::process::id());
     hasher.finish()
@@ -83,7 +85,10 @@ impl<F> Segment<F> {
 /// Maps a storage error from preallocating segment `id` to the crate error.
 pub(crate) fn create_error(id: u64, e: io::Error) -> Error {
     if e.kind() == io::ErrorKind::StorageFull || e.raw_os_error() == Some(28) {
-        Error::NoSpace { segment: id, source: e }
+        Error::NoSpace {
+            segment: id,
+            source: e,
+        }
     } else {
         Error::Io(e)
     }
@@ -97,7 +102,10 @@ pub(crate) fn create_spare<S: Storage>(storage: &S, id: u64, bytes: u64) -> Resu
         Ok(_) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             storage.remove(&name)?;
-            storage.create(&name, bytes).map(drop).map_err(|e| create_error(id, e))
+            storage
+                .create(&name, bytes)
+                .map(drop)
+                .map_err(|e| create_error(id, e))
         }
         Err(e) => Err(create_error(id, e)),
     }
@@ -118,11 +126,21 @@ pub(crate) fn install_segment<S: Storage>(
         storage.rename(&spare_file_name(id), &name)?;
         storage.open(&name)?
     } else {
-        storage.create(&name, bytes).map_err(|e| create_error(id, e))?
+        storage
+            .create(&name, bytes)
+            .map_err(|e| create_error(id, e))?
     };
     let file_bytes = file.len_bytes();
-    assert_eq!(file_bytes, bytes, "storage created a file of the asked length");
-    let header = SegmentHeader { segment_id: id, salt: random_salt(), first_lsn, segment_bytes: bytes };
+    assert_eq!(
+        file_bytes, bytes,
+        "storage created a file of the asked length"
+    );
+    let header = SegmentHeader {
+        segment_id: id,
+        salt: random_salt(),
+        first_lsn,
+        segment_bytes: bytes,
+    };
     file.write_at(0, &encode_header(&header))?;
     file.sync_range(0, SEGMENT_HEADER_BYTES as u64)?;
     storage.sync_dir()?;
@@ -149,7 +167,12 @@ pub(crate) struct Window {
 
 impl Window {
     pub(crate) fn new(chunk_bytes: usize) -> Self {
-        Self { buf: Vec::new(), start: 0, len: 0, chunk_bytes }
+        Self {
+            buf: Vec::new(),
+            start: 0,
+            len: 0,
+            chunk_bytes,
+        }
     }
 
     /// Forgets the contents (the next request reads the file again).

@@ -11,5 +11,7 @@ pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
 /// i.e. an invariant broke mid-update: continuing could write a torn state to disk, so this
 /// panics too.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().expect("a WAL thread panicked while holding a lock")
+    mutex
+        .lock()
+        .expect("a WAL thread panicked while holding a lock")
 }

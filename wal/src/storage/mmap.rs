@@ -53,6 +53,9 @@ use super::{Storage, StorageFile};
 /// name of a log file.
 pub const LOCK_FILE_NAME: &str = "LOCK";
 
+/// Linux's `EOPNOTSUPP`: `fallocate` is not supported by this file system.
+const EOPNOTSUPP: i32 = 95;
+
 /// How many zero bytes are written per call when the file system can not `fallocate`.
 const ZERO_FILL_CHUNK_BYTES: usize = 1 << 20;
 
@@ -140,7 +143,7 @@ impl MmapStorage {
         if len_bytes > 0 {
             match file.allocate(len_bytes) {
                 Ok(()) => {}
-                Err(e) if e.raw_os_error() == Some(95) => zero_fill(&file, len_bytes)?, // EOPNOTSUPP
+                Err(e) if e.raw_os_error() == Some(EOPNOTSUPP) => zero_fill(&file, len_bytes)?,
                 Err(e) => return Err(e),
             }
         }

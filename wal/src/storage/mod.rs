@@ -17,8 +17,10 @@ pub mod mmap;
 
 /// A directory of files that the log owns.
 ///
-/// A file's *name* is a plain file name (no separators). Directory operations (`create`,
-/// `rename`, `remove`) are not durable until [`Storage::sync_dir`] returns `Ok`.
+/// A file's *name* is a plain file name (no separators, not `.` or `..`, not the reserved
+/// lock file name [`mmap::LOCK_FILE_NAME`]); other names are `InvalidInput` errors, in both
+/// implementations. Directory operations (`create`, `rename`, `remove`) are not durable until
+/// [`Storage::sync_dir`] returns `Ok`.
 pub trait Storage: Send + Sync + 'static {
     /// A file of this storage.
     type File: StorageFile;
@@ -67,7 +69,10 @@ pub trait StorageFile: Send + Sync + 'static {
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()>;
 
     /// Makes the bytes in `offset .. offset + len` durable (msync `MS_SYNC` / fdatasync).
-    /// After an `Err`, the state of those bytes on disk is unknown, and the caller must not
-    /// believe a retry (the log poisons itself instead).
+    /// The range is widened to whole pages, so it may persist neighbouring bytes too; a range
+    /// past the end is an error, an empty range does nothing. After an `Err`, the state of
+    /// those bytes on disk is unknown (the fault storage assumes the worst: lost, though
+    /// still readable), and the caller must not believe a retry (the log poisons itself
+    /// instead).
     fn sync_range(&self, offset: u64, len: u64) -> io::Result<()>;
 }

@@ -235,7 +235,8 @@ impl FaultDisk {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A new [`Storage`] on this disk. Several may exist; only one holds the lock at a time.
+    /// A new [`Storage`](crate::storage::Storage) on this disk. Several may exist; only one
+    /// holds the lock at a time.
     pub fn storage(&self) -> FaultStorage {
         let mut s = self.lock();
         let id = s.next_storage_id;

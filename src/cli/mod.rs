@@ -1,0 +1,3 @@
+//! The subcommands of the `timewheel` binary that are more than a call into the library.
+
+pub mod demo;

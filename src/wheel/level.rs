@@ -1,0 +1,334 @@
+//! The rings of the wheel, their slot arithmetic and their occupancy bitmaps.
+//!
+//! Three rings hold the resident timers, each calendar-aligned on absolute time (a slot's index
+//! depends only on the due time, never on when the timer was inserted):
+//!
+//! | tier | slot | ring | window, with the wheel at second `S`, minute `M` |
+//! |---|---|---|---|
+//! | [`Tier::Ms`] | 1 ms | 2 000 slots | seconds `S` and `S + 1` |
+//! | [`Tier::Second`] | 1 s | 120 slots | minutes `M` and `M + 1` |
+//! | [`Tier::Minute`] | 1 min | 3 840 slots = 64 hour buckets of 60 | minutes `M .. M + 3840` |
+//! | [`Tier::Overflow`] | 1 min | a `BTreeMap` | beyond |
+//!
+//! Each ring spans one period more than the "current" one so that the next period can be filled
+//! ahead of time (look-ahead cascading, see `mod.rs`): the slots of the next second are the
+//! slots of the previous one, which are empty by then.
+//!
+//! Every slot is the head of a doubly linked list threaded through the slab. A bit per slot says
+//! whether the list is non-empty, and a summary bit per 64-slot word says whether the word is
+//! non-zero, so the first occupied slot of a ring is found with at most four word reads, however
+//! many slots are empty.
+
+use super::slab::NIL;
+
+/// Milliseconds in a second.
+pub(crate) const MS_PER_SECOND: u64 = 1_000;
+/// Milliseconds in a minute.
+pub(crate) const MS_PER_MINUTE: u64 = 60 * MS_PER_SECOND;
+/// Milliseconds in an hour: the width of an hour bucket.
+pub(crate) const MS_PER_HOUR: u64 = 60 * MS_PER_MINUTE;
+
+/// Slots of the millisecond ring: the current second and the next one.
+pub(crate) const MS_SLOTS: usize = 2 * MS_PER_SECOND as usize;
+/// Slots of the second ring: the current minute and the next one.
+pub(crate) const SECOND_SLOTS: usize = 2 * 60;
+/// Hour buckets resident in the minute ring; later timers wait in the overflow.
+pub const HORIZON_HOURS: usize = 64;
+/// Slots of the minute ring: 60 minute slots for each resident hour bucket.
+pub(crate) const MINUTE_SLOTS: usize = HORIZON_HOURS * 60;
+
+/// Lists per slot of the second and minute rings. A timer's lane is its slab index modulo the
+/// lanes. Cascading a slot reads the heads of all its lanes before moving any, so that their
+/// cache misses overlap instead of following one chain of `next` links miss after miss.
+pub(crate) const SECOND_LANES: usize = 4;
+pub(crate) const MINUTE_LANES: usize = 8;
+/// The most lanes of any ring.
+pub(crate) const LANES_MAX: usize = 8;
+
+/// First list id of each ring in the single id space stored in a list head's `prev` link.
+const SECOND_BASE: u32 = MS_SLOTS as u32;
+const MINUTE_BASE: u32 = SECOND_BASE + (SECOND_SLOTS * SECOND_LANES) as u32;
+/// The one list id of all overflow lists; the list is found by its due minute instead.
+pub(crate) const OVERFLOW_ID: u32 = MINUTE_BASE + (MINUTE_SLOTS * MINUTE_LANES) as u32;
+
+// A ring is a whole number of periods of the tier above it, so that ring index and calendar agree.
+const _: () = assert!(MS_SLOTS as u64 % MS_PER_SECOND == 0);
+const _: () = assert!(SECOND_SLOTS % 60 == 0);
+const _: () = assert!(MINUTE_SLOTS % 60 == 0);
+// Look-ahead needs room for the next period beside the current one.
+const _: () = assert!(MS_SLOTS as u64 >= 2 * MS_PER_SECOND);
+const _: () = assert!(SECOND_SLOTS >= 2 * 60);
+const _: () = assert!(MINUTE_SLOTS >= 2 * 60);
+// One summary word covers a ring: at most 64 words of 64 slots.
+const _: () = assert!(MS_SLOTS <= 64 * 64 && SECOND_SLOTS <= 64 * 64 && MINUTE_SLOTS <= 64 * 64);
+// Lanes are picked with a mask.
+const _: () = assert!(SECOND_LANES.is_power_of_two() && MINUTE_LANES.is_power_of_two());
+const _: () = assert!(SECOND_LANES <= LANES_MAX && MINUTE_LANES <= LANES_MAX);
+// List ids must stay clear of the head flag bit of `prev`.
+const _: () = assert!(OVERFLOW_ID < super::slab::HEAD);
+
+/// The tier a timer lives in, coarser from top to bottom.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tier {
+    /// Exact millisecond slots of the current and the next second.
+    Ms,
+    /// Second slots of the current and the next minute.
+    Second,
+    /// Minute slots of the resident hour buckets.
+    Minute,
+    /// Beyond the resident horizon.
+    Overflow,
+}
+
+/// The tier of a timer due at `due_ms` when the wheel stands at `now_ms` (`due_ms >= now_ms`).
+///
+/// The finest ring whose window holds `due_ms` wins, which keeps cascades to at most two per
+/// timer (minute to second, second to millisecond).
+pub(crate) fn level_for(now_ms: u64, due_ms: u64) -> Tier {
+    debug_assert!(due_ms >= now_ms);
+    if due_ms / MS_PER_SECOND <= now_ms / MS_PER_SECOND + 1 {
+        Tier::Ms
+    } else if due_ms / MS_PER_MINUTE <= now_ms / MS_PER_MINUTE + 1 {
+        Tier::Second
+    } else if due_ms / MS_PER_MINUTE < now_ms / MS_PER_MINUTE + MINUTE_SLOTS as u64 {
+        Tier::Minute
+    } else {
+        Tier::Overflow
+    }
+}
+
+/// The ring slot of `due_ms` in `tier`: absolute time modulo the ring, so calendar-aligned.
+///
+/// For [`Tier::Overflow`] this is the due minute (the overflow map's key), not a ring index.
+pub(crate) fn slot_for(tier: Tier, due_ms: u64) -> u64 {
+    match tier {
+        Tier::Ms => due_ms % MS_SLOTS as u64,
+        Tier::Second => (due_ms / MS_PER_SECOND) % SECOND_SLOTS as u64,
+        Tier::Minute => (due_ms / MS_PER_MINUTE) % MINUTE_SLOTS as u64,
+        Tier::Overflow => due_ms / MS_PER_MINUTE,
+    }
+}
+
+/// How many slots lie from ring slot `from` forward to ring slot `to`, wrapping around.
+pub(crate) fn ring_distance(from: usize, to: usize, slots: usize) -> u64 {
+    debug_assert!(from < slots && to < slots);
+    ((to + slots - from) % slots) as u64
+}
+
+/// The id of a ring's list (`slot * lanes + lane`), as stored in the `prev` link of its head.
+pub(crate) fn list_id(tier: Tier, list: usize) -> u32 {
+    match tier {
+        Tier::Ms => list as u32,
+        Tier::Second => SECOND_BASE + list as u32,
+        Tier::Minute => MINUTE_BASE + list as u32,
+        Tier::Overflow => OVERFLOW_ID,
+    }
+}
+
+/// The inverse of [`list_id`]; the list of [`Tier::Overflow`] is meaningless (0).
+pub(crate) fn decode_list_id(id: u32) -> (Tier, usize) {
+    assert!(id <= OVERFLOW_ID, "list id {id} out of range");
+    if id < SECOND_BASE {
+        (Tier::Ms, id as usize)
+    } else if id < MINUTE_BASE {
+        (Tier::Second, (id - SECOND_BASE) as usize)
+    } else if id < OVERFLOW_ID {
+        (Tier::Minute, (id - MINUTE_BASE) as usize)
+    } else {
+        (Tier::Overflow, 0)
+    }
+}
+
+/// One ring: list heads (`lanes` per slot) plus a two-level occupancy bitmap of its slots.
+pub(crate) struct Level {
+    heads: Box<[u32]>,
+    lanes: usize,
+    words: Box<[u64]>,
+    /// Bit `w` is set when `words[w] != 0`.
+    summary: u64,
+}
+
+impl Level {
+    /// An empty ring of `slots` slots of `lanes` lists each.
+    pub(crate) fn new(slots: usize, lanes: usize) -> Self {
+        assert!(slots > 0 && slots <= 64 * 64 && lanes.is_power_of_two());
+        Self {
+            heads: vec![NIL; slots * lanes].into_boxed_slice(),
+            lanes,
+            words: vec![0; slots.div_ceil(64)].into_boxed_slice(),
+            summary: 0,
+        }
+    }
+
+    /// Lists per slot.
+    #[inline]
+    pub(crate) fn lanes(&self) -> usize {
+        self.lanes
+    }
+
+    /// The head entry of list `list` (`slot * lanes + lane`), or [`NIL`].
+    #[inline]
+    pub(crate) fn head(&self, list: usize) -> u32 {
+        self.heads[list]
+    }
+
+    /// Sets the head of list `list`, keeping the bitmap in step (the slot is empty once all
+    /// its lanes are).
+    #[inline]
+    pub(crate) fn set_head(&mut self, list: usize, head: u32) {
+        self.heads[list] = head;
+        let slot = list / self.lanes;
+        let (w, bit) = (slot / 64, 1u64 << (slot % 64));
+        if head == NIL {
+            let lanes = &self.heads[slot * self.lanes..(slot + 1) * self.lanes];
+            if lanes.iter().any(|&h| h != NIL) {
+                return;
+            }
+            self.words[w] &= !bit;
+            if self.words[w] == 0 {
+                self.summary &= !(1u64 << w);
+            }
+        } else {
+            self.words[w] |= bit;
+            self.summary |= 1u64 << w;
+        }
+    }
+
+    /// Whether `slot` holds no timer.
+    #[inline]
+    pub(crate) fn is_empty_slot(&self, slot: usize) -> bool {
+        self.words[slot / 64] & (1u64 << (slot % 64)) == 0
+    }
+
+    /// The first occupied slot at or after `from`, going around the ring once.
+    #[inline]
+    pub(crate) fn first_from(&self, from: usize) -> Option<usize> {
+        if self.summary == 0 {
+            return None;
+        }
+        let (w, b) = (from / 64, from % 64);
+        let here = self.words[w] & (!0u64 << b);
+        if here != 0 {
+            return Some(w * 64 + here.trailing_zeros() as usize);
+        }
+        // Later words, then (wrapping) earlier words, then the low bits of word `w`.
+        let later = if w + 1 < 64 { self.summary & (!0u64 << (w + 1)) } else { 0 };
+        let earlier = self.summary & ((1u64 << w) - 1);
+        for candidates in [later, earlier] {
+            if candidates != 0 {
+                let w2 = candidates.trailing_zeros() as usize;
+                return Some(w2 * 64 + self.words[w2].trailing_zeros() as usize);
+            }
+        }
+        let low = self.words[w] & ((1u64 << b) - 1);
+        (low != 0).then(|| w * 64 + low.trailing_zeros() as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn level_for_picks_the_finest_ring_holding_the_due_time() {
+        let now = 7 * MS_PER_HOUR + 59 * MS_PER_MINUTE + 58_500; // 07:59:58.500
+        assert_eq!(level_for(now, now), Tier::Ms);
+        assert_eq!(level_for(now, now + 1_499), Tier::Ms); // 07:59:59.999
+        assert_eq!(level_for(now, now + 1_500), Tier::Second); // 08:00:00.000
+        assert_eq!(level_for(now, now + 61_499), Tier::Second); // 08:00:59.999
+        assert_eq!(level_for(now, now + 61_500), Tier::Minute); // 08:01:00.000
+        let horizon_start = (now / MS_PER_MINUTE + MINUTE_SLOTS as u64) * MS_PER_MINUTE;
+        assert_eq!(level_for(now, horizon_start - 1), Tier::Minute);
+        assert_eq!(level_for(now, horizon_start), Tier::Overflow);
+        assert_eq!(level_for(now, u64::MAX), Tier::Overflow);
+        assert_eq!(level_for(u64::MAX, u64::MAX), Tier::Ms);
+    }
+
+    #[test]
+    fn slot_for_is_calendar_aligned() {
+        let hour = 3 * MS_PER_HOUR;
+        assert_eq!(slot_for(Tier::Ms, hour + 1_234), 1_234);
+        assert_eq!(slot_for(Tier::Ms, hour + 2_001), 1);
+        assert_eq!(slot_for(Tier::Second, hour + 61_000), 61);
+        assert_eq!(slot_for(Tier::Second, hour + 121_000), 1);
+        // The minute ring is 64 hour buckets of 60 minute slots: bucket (hour % 64) * 60 + minute.
+        assert_eq!(slot_for(Tier::Minute, hour + 5 * MS_PER_MINUTE), 3 * 60 + 5);
+        assert_eq!(slot_for(Tier::Minute, 67 * MS_PER_HOUR + 5 * MS_PER_MINUTE), 3 * 60 + 5);
+        assert_eq!(slot_for(Tier::Overflow, u64::MAX), u64::MAX / MS_PER_MINUTE);
+    }
+
+    #[test]
+    fn ring_distance_wraps() {
+        assert_eq!(ring_distance(5, 5, 10), 0);
+        assert_eq!(ring_distance(5, 7, 10), 2);
+        assert_eq!(ring_distance(7, 5, 10), 8);
+    }
+
+    #[test]
+    fn list_ids_round_trip() {
+        for (tier, lists) in [
+            (Tier::Ms, MS_SLOTS),
+            (Tier::Second, SECOND_SLOTS * SECOND_LANES),
+            (Tier::Minute, MINUTE_SLOTS * MINUTE_LANES),
+        ] {
+            for list in [0, 1, lists - 1] {
+                assert_eq!(decode_list_id(list_id(tier, list)), (tier, list));
+            }
+        }
+        assert_eq!(decode_list_id(OVERFLOW_ID).0, Tier::Overflow);
+    }
+
+    #[test]
+    fn first_from_finds_the_next_occupied_slot_around_the_ring() {
+        let mut level = Level::new(MS_SLOTS, 1);
+        assert_eq!(level.first_from(0), None);
+        level.set_head(1_999, 7);
+        level.set_head(64, 8);
+        level.set_head(3, 9);
+        assert_eq!(level.first_from(0), Some(3));
+        assert_eq!(level.first_from(3), Some(3));
+        assert_eq!(level.first_from(4), Some(64));
+        assert_eq!(level.first_from(65), Some(1_999));
+        assert_eq!(level.first_from(1_999), Some(1_999));
+        level.set_head(1_999, NIL);
+        assert_eq!(level.first_from(65), Some(3), "wraps to the start");
+        level.set_head(3, NIL);
+        assert_eq!(level.first_from(65), Some(64), "wraps to the low bits of the same word");
+        level.set_head(64, NIL);
+        assert_eq!(level.summary, 0);
+        assert_eq!(level.first_from(65), None);
+    }
+
+    #[test]
+    fn a_slot_stays_occupied_while_any_lane_is() {
+        let mut level = Level::new(SECOND_SLOTS, 4);
+        level.set_head(5 * 4 + 1, 10);
+        level.set_head(5 * 4 + 3, 11);
+        assert!(!level.is_empty_slot(5));
+        level.set_head(5 * 4 + 1, NIL);
+        assert!(!level.is_empty_slot(5));
+        assert_eq!(level.first_from(0), Some(5));
+        level.set_head(5 * 4 + 3, NIL);
+        assert!(level.is_empty_slot(5));
+        assert_eq!(level.first_from(0), None);
+    }
+
+    #[test]
+    fn first_from_matches_a_linear_scan() {
+        let mut level = Level::new(SECOND_SLOTS, 1);
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..2_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let slot = (seed % SECOND_SLOTS as u64) as usize;
+            let head = if level.is_empty_slot(slot) { 1 } else { NIL };
+            level.set_head(slot, head);
+            let from = ((seed >> 32) % SECOND_SLOTS as u64) as usize;
+            let scan = (0..SECOND_SLOTS)
+                .map(|d| (from + d) % SECOND_SLOTS)
+                .find(|&s| !level.is_empty_slot(s));
+            assert_eq!(level.first_from(from), scan);
+        }
+    }
+}

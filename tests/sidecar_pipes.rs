@@ -1,0 +1,632 @@
+//! The `timewheel serve` binary driven over pipes, as a client in another language would:
+//! every rule of the sidecar protocol (BRIEF.md section 4) that a client can observe.
+//!
+//! Timeouts here only guard against hangs; no test asserts how long anything took.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde_json::{Value, json};
+
+/// Longest wait for any one line: generous, only a guard against a hung sidecar.
+const LINE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A data directory removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "timewheel-sidecar-pipes-{}-{name}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running sidecar with its stdout parsed line by line on a thread.
+struct Sidecar {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    /// Events read while looking for a reply, kept for `event`.
+    events: Vec<Value>,
+    next_req: u64,
+}
+
+impl Sidecar {
+    fn start(dir: &Path, args: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_timewheel"))
+            .arg("serve")
+            .arg("--dir")
+            .arg(dir)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn timewheel serve");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Sidecar {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            events: Vec::new(),
+            next_req: 0,
+        }
+    }
+
+    fn send_raw(&mut self, line: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(line).expect("write request");
+        stdin.write_all(b"\n").expect("write newline");
+        stdin.flush().expect("flush request");
+    }
+
+    fn send(&mut self, request: &Value) {
+        self.send_raw(request.to_string().as_bytes());
+    }
+
+    /// The next stdout line as JSON; `None` once stdout closed. Every line must be one object.
+    fn next_line(&mut self) -> Option<Value> {
+        match self.lines.recv_timeout(LINE_TIMEOUT) {
+            Ok(line) => {
+                let v: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"));
+                assert!(v.is_object(), "stdout line is not an object: {line}");
+                Some(v)
+            }
+            Err(RecvTimeoutError::Disconnected) => None,
+            Err(RecvTimeoutError::Timeout) => panic!("no output within {LINE_TIMEOUT:?}"),
+        }
+    }
+
+    /// The next reply, keeping the events that come before it.
+    fn next_reply(&mut self) -> Value {
+        loop {
+            let v = self.next_line().expect("a reply before stdout closed");
+            if v.get("event").is_some() {
+                self.events.push(v);
+            } else {
+                assert!(v["ok"].is_boolean(), "a reply has ok: {v}");
+                assert!(v.get("req").is_some(), "a reply always has req: {v}");
+                return v;
+            }
+        }
+    }
+
+    /// Sends `request` with a fresh numeric req and returns its reply.
+    fn call(&mut self, mut request: Value) -> Value {
+        self.next_req += 1;
+        let req = json!(format!("r{}", self.next_req));
+        request["req"] = req.clone();
+        self.send(&request);
+        let reply = self.next_reply();
+        assert_eq!(reply["req"], req, "replies come in request order");
+        reply
+    }
+
+    fn ok(&mut self, request: Value) -> Value {
+        let reply = self.call(request);
+        assert_eq!(reply["ok"], true, "{reply}");
+        reply
+    }
+
+    fn error_kind(&mut self, request: Value) -> String {
+        let reply = self.call(request);
+        assert_eq!(reply["ok"], false, "{reply}");
+        let error = &reply["error"];
+        assert!(error["message"].is_string(), "{reply}");
+        error["kind"].as_str().expect("kind is a string").to_owned()
+    }
+
+    fn schedule(&mut self, mut request: Value) -> String {
+        request["op"] = json!("schedule");
+        let reply = self.ok(request);
+        let id = reply["id"].as_str().expect("id is a string").to_owned();
+        assert!(
+            !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()),
+            "{id}"
+        );
+        id
+    }
+
+    /// The first fired event for `id` with `attempt`, from the kept events or the stream.
+    fn fired(&mut self, id: &str, attempt: u64) -> Value {
+        self.fired_where(|e| e["id"] == id && e["attempt"] == attempt)
+    }
+
+    /// The first fired event that `matches`, from the kept events or the stream.
+    fn fired_where(&mut self, matches: impl Fn(&Value) -> bool) -> Value {
+        let matches = |e: &Value| e["event"] == "fired" && matches(e);
+        if let Some(i) = self.events.iter().position(matches) {
+            return self.events.remove(i);
+        }
+        loop {
+            let v = self.next_line().expect("the event before stdout closed");
+            assert!(
+                v.get("event").is_some(),
+                "no request pending, so no reply: {v}"
+            );
+            if matches(&v) {
+                return v;
+            }
+            self.events.push(v);
+        }
+    }
+
+    fn stats(&mut self) -> Value {
+        let reply = self.ok(json!({"op": "stats"}));
+        reply["stats"].clone()
+    }
+
+    /// Closes stdin (EOF) and waits for the exit.
+    fn finish(mut self) -> ExitStatus {
+        drop(self.stdin.take());
+        self.wait()
+    }
+
+    fn wait(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + LINE_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("the sidecar did not exit");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn now_ms() -> u64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970");
+    u64::try_from(since.as_millis()).expect("fits")
+}
+
+const HOUR_MS: u64 = 3_600_000;
+
+#[test]
+fn a_scheduled_job_fires_once_and_is_completed() {
+    // Schedule, see the event with the job's due time and payload, complete it: the counts
+    // follow, and a second complete of the same job finds nothing.
+    let dir = TempDir::new("fire");
+    let mut s = Sidecar::start(&dir.0, &[]);
+    let due_ms = now_ms() + 50;
+    let id = s.schedule(json!({"due_ms": due_ms, "payload": "hello"}));
+    let ev = s.fired(&id, 1);
+    assert_eq!(ev["due_ms"], due_ms);
+    assert_eq!(ev["payload"], "hello");
+    assert!(ev.get("payload_b64").is_none());
+    assert!(
+        ev["fired_ms"].as_u64().expect("number") >= due_ms,
+        "never early: {ev}"
+    );
+    assert_eq!(s.stats()["running"], 1);
+    s.ok(json!({"op": "complete", "id": id}));
+    assert_eq!(
+        s.error_kind(json!({"op": "complete", "id": id})),
+        "not_found"
+    );
+    let st = s.stats();
+    assert_eq!(
+        (st["completed"].as_u64(), st["running"].as_u64()),
+        (Some(1), Some(0))
+    );
+    assert_eq!(st["fired"], 1);
+    assert!(s.finish().success());
+}
+
+#[test]
+fn cancel_is_true_once_and_false_after_or_for_unknown_ids() {
+    // A pending job cancels once; the second cancel and an id never issued answer false.
+    let dir = TempDir::new("cancel");
+    let mut s = Sidecar::start(&dir.0, &[]);
+    let id = s.schedule(json!({"delay_ms": HOUR_MS}));
+    let other = s.schedule(json!({"delay_ms": HOUR_MS}));
+    assert_eq!(s.ok(json!({"op": "cancel", "id": id}))["cancelled"], true);
+    assert_eq!(s.ok(json!({"op": "cancel", "id": id}))["cancelled"], false);
+    let unknown = json!({"op": "cancel", "id": "987654321"});
+    assert_eq!(s.ok(unknown)["cancelled"], false);
+    let st = s.stats();
+    assert_eq!(
+        (st["cancelled"].as_u64(), st["scheduled"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(
+        s.ok(json!({"op": "cancel", "id": other}))["cancelled"],
+        true
+    );
+    assert!(s.finish().success());
+}
+
+#[test]
+fn reschedule_moves_a_pending_job() {
+    // A job due in an hour, moved to now, fires with its new due time; unknown ids answer
+    // false.
+    let dir = TempDir::new("reschedule");
+    let mut s = Sidecar::start(&dir.0, &["--auto-complete"]);
+    let id = s.schedule(json!({"delay_ms": HOUR_MS, "payload": "moved"}));
+    let due_ms = now_ms();
+    let reply = s.ok(json!({"op": "reschedule", "id": id, "due_ms": due_ms}));
+    assert_eq!(reply["rescheduled"], true);
+    let ev = s.fired(&id, 1);
+    assert_eq!(
+        (ev["due_ms"].as_u64(), ev["payload"].as_str()),
+        (Some(due_ms), Some("moved"))
+    );
+    let unknown = json!({"op": "reschedule", "id": "424242", "due_ms": due_ms});
+    assert_eq!(s.ok(unknown)["rescheduled"], false);
+    assert!(s.finish().success());
+}
+
+#[test]
+fn fail_finishes_a_delivered_job_and_needs_a_delivery() {
+    // fail of a delivered job is ok and counted; fail or complete of a job that was not
+    // delivered (pending, unknown, already failed) is not_found.
+    let dir = TempDir::new("fail");
+    let mut s = Sidecar::start(&dir.0, &[]);
+    let pending = s.schedule(json!({"delay_ms": HOUR_MS}));
+    let id = s.schedule(json!({"delay_ms": 0}));
+    s.fired(&id, 1);
+    s.ok(json!({"op": "fail", "id": id, "error": "webhook said 500"}));
+    for request in [
+        json!({"op": "fail", "id": id, "error": "again"}),
+        json!({"op": "complete", "id": id}),
+        json!({"op": "complete", "id": pending}),
+        json!({"op": "fail", "id": "77777", "error": "x"}),
+    ] {
+        assert_eq!(s.error_kind(request), "not_found");
+    }
+    let st = s.stats();
+    assert_eq!(
+        (st["failed"].as_u64(), st["scheduled"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert!(s.finish().success());
+}
+
+#[test]
+fn malformed_lines_get_error_replies_and_serving_continues() {
+    // Each bad line is answered, in order, with req echoed when it could be read, and nothing
+    // is scheduled by any of them; a good request afterwards still works.
+    let dir = TempDir::new("malformed");
+    let mut s = Sidecar::start(&dir.0, &["--max-line-bytes", "200"]);
+    let long = format!(
+        r#"{{"op":"schedule","req":"long","delay_ms":1,"payload":"{}"}}"#,
+        "x".repeat(300)
+    );
+    let cases: Vec<(Vec<u8>, Value, &str)> = vec![
+        (b"not json at all".to_vec(), Value::Null, "bad_request"),
+        (b"".to_vec(), Value::Null, "bad_request"),
+        (b"[1,2,3]".to_vec(), Value::Null, "bad_request"),
+        (b"\"just a string\"".to_vec(), Value::Null, "bad_request"),
+        (
+            b"{\"op\":\"stats\",\xff}".to_vec(),
+            Value::Null,
+            "bad_request",
+        ),
+        (long.into_bytes(), Value::Null, "bad_request"),
+        (
+            br#"{"op":"frobnicate","req":1}"#.to_vec(),
+            json!(1),
+            "bad_request",
+        ),
+        (br#"{"req":2}"#.to_vec(), json!(2), "bad_request"),
+        (br#"{"op":5,"req":3}"#.to_vec(), json!(3), "bad_request"),
+        (
+            br#"{"op":"schedule","req":4}"#.to_vec(),
+            json!(4),
+            "bad_request",
+        ),
+        (
+            br#"{"op":"schedule","req":5,"due_ms":"soon"}"#.to_vec(),
+            json!(5),
+            "bad_request",
+        ),
+        (
+            br#"{"op":"schedule","req":6,"due_ms":-5}"#.to_vec(),
+            json!(6),
+            "bad_request",
+        ),
+        (
+            br#"{"op":"schedule","req":7,"due_ms":1,"delay_ms":1}"#.to_vec(),
+            json!(7),
+            "bad_request",
+        ),
+        (
+            br#"{"op":"schedule","req":8,"delay_ms":1,"payload":"a","payload_b64":"YQ=="}"#
+                .to_vec(),
+            json!(8),
+            "bad_request",
+        ),
+        (
+            br#"{"op":"schedule","req":9,"delay_ms":1,"payload_b64":"%%%"}"#.to_vec(),
+            json!(9),
+            "bad_request",
+        ),
+        (
+            br#"{"op":"cancel","req":10,"id":5}"#.to_vec(),
+            json!(10),
+            "bad_request",
+        ),
+        (
+            br#"{"op":"cancel","req":11,"id":"five"}"#.to_vec(),
+            json!(11),
+            "bad_request",
+        ),
+        (
+            br#"{"op":"cancel","req":12}"#.to_vec(),
+            json!(12),
+            "bad_request",
+        ),
+        (
+            br#"{"op":"reschedule","req":13,"id":"1"}"#.to_vec(),
+            json!(13),
+            "bad_request",
+        ),
+        (
+            br#"{"op":"complete","req":14,"id":"-1"}"#.to_vec(),
+            json!(14),
+            "bad_request",
+        ),
+        (
+            br#"{"op":"schedule","req":15,"due_ms":18446744073709551615}"#.to_vec(),
+            json!(15),
+            "invalid_input",
+        ),
+    ];
+    for (line, _, _) in &cases {
+        s.send_raw(line);
+    }
+    for (line, req, kind) in &cases {
+        let reply = s.next_reply();
+        let what = String::from_utf8_lossy(line);
+        assert_eq!(reply["ok"], false, "{what} -> {reply}");
+        assert_eq!(&reply["req"], req, "{what} -> {reply}");
+        assert_eq!(reply["error"]["kind"], *kind, "{what} -> {reply}");
+        assert!(reply["error"]["message"].is_string(), "{what} -> {reply}");
+    }
+    let st = s.stats();
+    assert_eq!(st["scheduled"], 0, "bad input writes nothing");
+    s.schedule(json!({"delay_ms": HOUR_MS}));
+    assert_eq!(s.stats()["scheduled"], 1);
+    assert!(s.finish().success());
+}
+
+#[test]
+fn req_is_echoed_whatever_its_json_value() {
+    // Objects, arrays, numbers, strings, booleans and null come back as sent; an absent req
+    // comes back as null.
+    let dir = TempDir::new("req");
+    let mut s = Sidecar::start(&dir.0, &[]);
+    for req in [
+        json!({"trace": [1, {"deep": null}], "n": "x"}),
+        json!([1, "two"]),
+        json!(12.5),
+        json!(-3),
+        json!(18446744073709551615u64),
+        json!("s"),
+        json!(true),
+        Value::Null,
+    ] {
+        s.send(&json!({"op": "stats", "req": req}));
+        let reply = s.next_reply();
+        assert_eq!(reply["req"], req);
+        assert_eq!(reply["ok"], true);
+    }
+    s.send(&json!({"op": "stats"}));
+    let reply = s.next_reply();
+    assert_eq!(reply.get("req"), Some(&Value::Null));
+    s.send(&json!({"op": "nope"}));
+    assert_eq!(s.next_reply().get("req"), Some(&Value::Null));
+    assert!(s.finish().success());
+}
+
+#[test]
+fn payloads_roundtrip_as_text_or_base64() {
+    // Text comes back as payload, bytes sent as payload_b64 (not UTF-8 here) come back as
+    // payload_b64, byte for byte; a job without payload fires with an empty text payload.
+    let dir = TempDir::new("payload");
+    let mut s = Sidecar::start(&dir.0, &["--auto-complete"]);
+    let text = "héllo ✓ \"quoted\"\nnew line\t\u{0}";
+    let bytes: Vec<u8> = vec![0, 0xff, 0xfe, b'\n', b'\r', 0x80, b'"'];
+    let t = s.schedule(json!({"delay_ms": 0, "payload": text}));
+    let b = s.schedule(json!({"delay_ms": 0, "payload_b64": BASE64.encode(&bytes)}));
+    let e = s.schedule(json!({"delay_ms": 0, "payload_b64": ""}));
+    let n = s.schedule(json!({"delay_ms": 0}));
+    let ev = s.fired(&t, 1);
+    assert_eq!(ev["payload"], text);
+    assert!(ev.get("payload_b64").is_none());
+    let ev = s.fired(&b, 1);
+    assert!(ev.get("payload").is_none());
+    let got = BASE64
+        .decode(ev["payload_b64"].as_str().expect("base64 string"))
+        .expect("valid");
+    assert_eq!(got, bytes);
+    assert_eq!(s.fired(&e, 1)["payload_b64"], "");
+    assert_eq!(s.fired(&n, 1)["payload"], "");
+    assert!(s.finish().success());
+}
+
+#[test]
+fn a_delivery_not_finished_within_the_lease_fires_again_with_the_next_attempt() {
+    // Without --auto-complete, a job left alone past --lease-ms is delivered again with
+    // attempt 2; completing that delivery is ok.
+    let dir = TempDir::new("lease");
+    let mut s = Sidecar::start(&dir.0, &["--lease-ms", "150"]);
+    let id = s.schedule(json!({"delay_ms": 0, "payload": "p"}));
+    s.fired(&id, 1);
+    let ev = s.fired(&id, 2);
+    assert_eq!(ev["payload"], "p");
+    s.ok(json!({"op": "complete", "id": id}));
+    let st = s.stats();
+    assert_eq!(st["completed"], 1);
+    assert!(st["redelivered"].as_u64().expect("number") >= 1);
+    assert!(s.finish().success());
+}
+
+#[test]
+fn shutdown_replies_then_exits_zero_with_nothing_after() {
+    // The shutdown reply is the last line; the process exits 0 and ignores later requests.
+    let dir = TempDir::new("shutdown");
+    let mut s = Sidecar::start(&dir.0, &[]);
+    s.schedule(json!({"delay_ms": HOUR_MS}));
+    s.send(&json!({"op": "shutdown", "req": {"bye": true}}));
+    s.send(&json!({"op": "stats", "req": "too late"}));
+    let reply = s.next_reply();
+    assert_eq!(reply, json!({"req": {"bye": true}, "ok": true}));
+    assert!(s.wait().success());
+    assert_eq!(s.next_line(), None, "nothing after the shutdown reply");
+}
+
+#[test]
+fn sigterm_flushes_and_exits_zero() {
+    // SIGTERM stops serving like EOF does, with exit status 0; the job survives it.
+    let dir = TempDir::new("sigterm");
+    let mut s = Sidecar::start(&dir.0, &[]);
+    let id = s.schedule(json!({"delay_ms": 0, "payload": "kept"}));
+    s.fired(&id, 1);
+    let pid = s.child.id().to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    assert!(s.wait().success());
+    drop(s);
+    // The delivery was never finished: it comes again, with the next attempt.
+    let mut s = Sidecar::start(&dir.0, &["--auto-complete"]);
+    let ev = s.fired(&id, 2);
+    assert_eq!(ev["payload"], "kept");
+    assert!(s.finish().success());
+}
+
+#[test]
+fn pending_jobs_fire_after_a_restart_on_the_same_directory() {
+    // After EOF and a restart: a pending job fires (missed or on time), a cancelled one stays
+    // cancelled, a delivered but unfinished one comes again with attempt 2.
+    let dir = TempDir::new("restart");
+    let mut s = Sidecar::start(&dir.0, &[]);
+    let later = s.schedule(json!({"delay_ms": 300, "payload": "later"}));
+    let cancelled = s.schedule(json!({"delay_ms": 300}));
+    assert_eq!(
+        s.ok(json!({"op": "cancel", "id": cancelled}))["cancelled"],
+        true
+    );
+    let unfinished = s.schedule(json!({"delay_ms": 0, "payload_b64": "AAE="}));
+    s.fired(&unfinished, 1);
+    assert!(s.finish().success());
+
+    let mut s = Sidecar::start(&dir.0, &[]);
+    let ev = s.fired(&unfinished, 2);
+    assert_eq!(ev["payload_b64"], "AAE=");
+    s.ok(json!({"op": "complete", "id": unfinished}));
+    // `later` may have been delivered before the first EOF; then this is its second attempt.
+    let ev = s.fired_where(|e| {
+        assert_ne!(e["id"], cancelled, "a cancelled job never fires: {e}");
+        e["id"] == later
+    });
+    assert_eq!(ev["payload"], "later");
+    s.ok(json!({"op": "complete", "id": later}));
+    let st = s.stats();
+    assert_eq!(
+        (st["scheduled"].as_u64(), st["running"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert_eq!(st["cancelled"], 1);
+    // A new id never reuses an old one.
+    let fresh = s.schedule(json!({"delay_ms": HOUR_MS}));
+    for old in [&later, &cancelled, &unfinished] {
+        assert!(fresh.parse::<u64>().unwrap() > old.parse::<u64>().unwrap());
+    }
+    assert!(s.finish().success());
+}
+
+#[test]
+fn a_burst_is_answered_in_order_and_no_event_precedes_its_reply() {
+    // Hundreds of requests written at once (so the sidecar batches the schedules), with an
+    // invalid schedule and other ops among them: replies come in order, each job's event comes
+    // after its schedule reply, and the invalid one alone is refused.
+    let dir = TempDir::new("burst");
+    let mut s = Sidecar::start(&dir.0, &["--auto-complete"]);
+    let n = 600;
+    let mut burst = Vec::new();
+    for i in 0..n {
+        let request = match i {
+            250 => json!({"op": "schedule", "req": i, "due_ms": u64::MAX}),
+            400 => json!({"op": "stats", "req": i}),
+            _ => {
+                json!({"op": "schedule", "req": i, "delay_ms": i % 7, "payload": format!("job {i}")})
+            }
+        };
+        burst.extend_from_slice(request.to_string().as_bytes());
+        burst.push(b'\n');
+    }
+    let stdin = s.stdin.as_mut().expect("stdin open");
+    stdin.write_all(&burst).expect("write the burst");
+    stdin.flush().expect("flush");
+
+    let mut acknowledged = std::collections::HashMap::new();
+    let mut fired = 0;
+    let mut next_req = 0;
+    while next_req < n || fired < n - 2 {
+        let v = s.next_line().expect("output before stdout closes");
+        if v.get("event").is_some() {
+            let id = v["id"].as_str().expect("string id");
+            let i = acknowledged
+                .get(id)
+                .unwrap_or_else(|| panic!("event before its reply: {v}"));
+            assert_eq!(v["payload"], format!("job {i}"));
+            fired += 1;
+            continue;
+        }
+        assert_eq!(v["req"], next_req, "in order: {v}");
+        match next_req {
+            250 => assert_eq!(v["error"]["kind"], "invalid_input", "{v}"),
+            400 => assert_eq!(v["ok"], true, "{v}"),
+            _ => {
+                let id = v["id"].as_str().expect("string id").to_owned();
+                assert!(
+                    acknowledged.insert(id, next_req).is_none(),
+                    "ids are unique"
+                );
+            }
+        }
+        next_req += 1;
+    }
+    assert_eq!(fired, n - 2);
+    assert!(s.finish().success());
+}

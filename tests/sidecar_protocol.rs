@@ -1,0 +1,195 @@
+//! The sidecar's serving loop driven in-process (`timewheel::sidecar::serve`) on a manual
+//! clock: scripted sessions give exactly predictable output, and the ways serving ends.
+
+use std::io::{Cursor, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use timewheel::sidecar::{ServeEnd, ServeOptions, serve};
+use timewheel::{Config, Engine, Error, JobSpec, ManualClock};
+
+const NOW_MS: u64 = 1_800_000_000_000;
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "timewheel-sidecar-protocol-{}-{name}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn open(dir: &TempDir) -> (Engine, Config, ManualClock) {
+    let config = Config::new(&dir.0);
+    let clock = ManualClock::new(NOW_MS);
+    let engine = Engine::open_with_clock(config.clone(), Arc::new(clock.clone())).expect("open");
+    (engine, config, clock)
+}
+
+fn script(lines: &[Value]) -> Cursor<Vec<u8>> {
+    let mut input = Vec::new();
+    for line in lines {
+        writeln!(input, "{line}").expect("write to memory");
+    }
+    Cursor::new(input)
+}
+
+fn output_lines(output: &[u8]) -> Vec<Value> {
+    output
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).expect("every output line is JSON"))
+        .collect()
+}
+
+#[test]
+fn a_scripted_session_gets_exactly_these_replies_then_eof() {
+    // Nothing fires (the clock stands still before every due time), so the output is exactly
+    // the replies, in order; at EOF serve shuts the engine down.
+    let dir = TempDir::new("script");
+    let (engine, config, _clock) = open(&dir);
+    let input = script(&[
+        json!({"op":"schedule","req":1,"due_ms":NOW_MS + 10_000,"payload":"a"}),
+        json!({"op":"schedule","req":2,"delay_ms":5_000}),
+        json!({"op":"schedule","req":3,"due_ms":NOW_MS + 20_000,"payload_b64":"AA=="}),
+        json!({"op":"cancel","req":4,"id":"2"}),
+        json!({"op":"reschedule","req":5,"id":"1","due_ms":NOW_MS + 30_000}),
+        json!({"op":"complete","req":6,"id":"1"}),
+        json!({"op":"bogus","req":7}),
+        json!({"op":"stats","req":8}),
+    ]);
+    let mut out = Vec::new();
+    let end = serve(&engine, &config, input, &mut out, ServeOptions::default());
+    assert_eq!(end.expect("serves"), ServeEnd::Eof);
+    let lines = output_lines(&out);
+    let not_found = &lines[5]["error"];
+    let stats = lines[7]["stats"].clone();
+    assert_eq!(
+        lines[..5],
+        [
+            json!({"req":1,"ok":true,"id":"1"}),
+            json!({"req":2,"ok":true,"id":"2"}),
+            json!({"req":3,"ok":true,"id":"3"}),
+            json!({"req":4,"ok":true,"cancelled":true}),
+            json!({"req":5,"ok":true,"rescheduled":true}),
+        ]
+    );
+    assert_eq!(not_found["kind"], "not_found");
+    assert_eq!(lines[6]["error"]["kind"], "bad_request");
+    assert_eq!(lines.len(), 8);
+    assert_eq!(stats["scheduled"], 2);
+    assert_eq!(stats["cancelled"], 1);
+    assert!(matches!(
+        engine.schedule(JobSpec::at(NOW_MS)),
+        Err(Error::Closed)
+    ));
+}
+
+#[test]
+fn fired_events_carry_the_engine_clock_and_follow_their_replies() {
+    // Jobs already due fire at once; each event comes after its schedule reply, with fired_ms
+    // read from the engine's (manual) clock.
+    let dir = TempDir::new("fired");
+    let (engine, config, _clock) = open(&dir);
+    let (reader, mut writer) = std::io::pipe().expect("pipe");
+    let reader = std::io::BufReader::new(reader);
+    let lines = std::thread::scope(|scope| {
+        let mut out = Vec::new();
+        let server = scope.spawn(|| {
+            let options = ServeOptions {
+                auto_complete: true,
+                stop: None,
+            };
+            let end = serve(&engine, &config, reader, &mut out, options);
+            (end.expect("serves"), out)
+        });
+        for i in 0..3 {
+            let line = json!({"op":"schedule","req":i,"due_ms":NOW_MS - 5,"payload":"p"});
+            writeln!(writer, "{line}").expect("write");
+        }
+        // Give the events time to come out before the EOF; without them the test still
+        // passes its ordering checks, only with fewer events to check.
+        std::thread::sleep(Duration::from_millis(200));
+        drop(writer);
+        let (end, out) = server.join().expect("no panic");
+        assert_eq!(end, ServeEnd::Eof);
+        output_lines(&out)
+    });
+    let mut replied = Vec::new();
+    for line in &lines {
+        if line["event"] == "fired" {
+            assert!(
+                replied.contains(&line["id"]),
+                "event before its reply: {line}"
+            );
+            assert_eq!(line["fired_ms"], NOW_MS);
+            assert_eq!(line["due_ms"], NOW_MS - 5);
+            assert_eq!(line["attempt"], 1);
+        } else {
+            replied.push(line["id"].clone());
+        }
+    }
+    assert_eq!(replied.len(), 3);
+}
+
+#[test]
+fn stop_ends_serving_while_the_input_stays_open() {
+    // A stop message ends serving (SIGTERM in the binary) although no EOF came.
+    let dir = TempDir::new("stop");
+    let (engine, config, _clock) = open(&dir);
+    let (reader, mut writer) = std::io::pipe().expect("pipe");
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded(1);
+    let mut out = Vec::new();
+    writeln!(writer, "{}", json!({"op":"stats","req":"s"})).expect("write");
+    stop_tx.send(()).expect("send stop");
+    let options = ServeOptions {
+        auto_complete: false,
+        stop: Some(stop_rx),
+    };
+    let end = serve(
+        &engine,
+        &config,
+        std::io::BufReader::new(reader),
+        &mut out,
+        options,
+    );
+    assert_eq!(end.expect("serves"), ServeEnd::Stopped);
+    drop(writer);
+}
+
+#[test]
+fn shutdown_is_the_last_reply_and_later_requests_are_ignored() {
+    // Requests after shutdown are not served; the reply to shutdown is the last line.
+    let dir = TempDir::new("shutdown");
+    let (engine, config, _clock) = open(&dir);
+    let input = script(&[
+        json!({"op":"schedule","req":1,"due_ms":NOW_MS + 10_000}),
+        json!({"op":"shutdown","req":"bye"}),
+        json!({"op":"schedule","req":3,"due_ms":NOW_MS + 10_000}),
+    ]);
+    let mut out = Vec::new();
+    let end = serve(&engine, &config, input, &mut out, ServeOptions::default());
+    assert_eq!(end.expect("serves"), ServeEnd::Shutdown);
+    let lines = output_lines(&out);
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[1], json!({"req":"bye","ok":true}));
+    drop(engine);
+    let (engine, _, _) = open(&dir);
+    assert_eq!(
+        engine.stats().scheduled,
+        1,
+        "only the first schedule was served"
+    );
+}

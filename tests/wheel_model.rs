@@ -1,0 +1,276 @@
+//! The timing wheel against a plain model, a `BTreeMap<(due, seq), value>`: random sequences of
+//! insert, cancel, reschedule and poll, with time steps from 0 ms to days (and backwards),
+//! far-future dues, bursts of thousands in one ms and stale keys. After every step the wheel
+//! and the model must agree: the same timers fire, in due order, none early, none twice, none
+//! lost; `next_due` never oversleeps, is exact within the current second, and polling at it
+//! always makes progress.
+//!
+//! `PROPTEST_CASES` raises the number of cases (default 512, about 2 s in a debug build).
+
+use std::collections::{BTreeMap, HashMap};
+
+use proptest::prelude::*;
+use timewheel::wheel::{TimerKey, TimingWheel};
+
+const T0: u64 = 1_700_000_000_000;
+const HOUR: u64 = 3_600_000;
+const DAY: u64 = 24 * HOUR;
+
+/// A due time relative to the caller's clock.
+#[derive(Clone, Debug)]
+enum Due {
+    Past(u64),
+    Near(u64),
+    Hours(u64),
+    Days(u64),
+    Far(u64),
+    /// `k` whole seconds, minutes or hours ahead of the clock's, plus -1, 0 or 1 ms: the edges.
+    Edge(u64, u64, i64),
+    Max,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Insert(Due),
+    Burst(Due, u16),
+    Cancel(usize),
+    Reschedule(usize, Due),
+    /// Moves the caller's clock (backwards when negative) and polls at most `polls` times.
+    Advance(i64, u16),
+    PollAtNextDue,
+}
+
+fn due() -> impl Strategy<Value = Due> {
+    prop_oneof![
+        1 => (0..5_000u64).prop_map(Due::Past),
+        4 => (0..3_000u64).prop_map(Due::Near),
+        3 => (0..3 * HOUR).prop_map(Due::Hours),
+        2 => (0..10 * DAY).prop_map(Due::Days),
+        1 => (0..1u64 << 44).prop_map(Due::Far),
+        3 => (prop_oneof![Just(1_000u64), Just(60_000), Just(HOUR)], 0..70u64, -1..=1i64)
+            .prop_map(|(unit, k, d)| Due::Edge(unit, k, d)),
+        1 => Just(Due::Max),
+    ]
+}
+
+fn step() -> impl Strategy<Value = i64> {
+    prop_oneof![
+        2 => Just(0i64),
+        4 => 0..50i64,
+        3 => 0..120_000i64,
+        2 => 0..(3 * HOUR as i64),
+        1 => 0..(12 * DAY as i64),
+        1 => -10_000..0i64,
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => due().prop_map(Op::Insert),
+        1 => (due(), 1..3_000u16).prop_map(|(d, n)| Op::Burst(d, n)),
+        4 => any::<usize>().prop_map(Op::Cancel),
+        2 => (any::<usize>(), due()).prop_map(|(k, d)| Op::Reschedule(k, d)),
+        4 => (step(), prop_oneof![Just(u16::MAX), 1..500u16]).prop_map(|(s, p)| Op::Advance(s, p)),
+        2 => Just(Op::PollAtNextDue),
+    ]
+}
+
+/// The reference: pending timers by (effective due, seq), where effective due is
+/// `max(due, wheel time at insert)` and the seq is also the timer's value.
+struct Model {
+    wheel_now_ms: u64,
+    pending: BTreeMap<(u64, u64), u64>,
+    by_seq: HashMap<u64, (u64, TimerKey)>,
+}
+
+struct Harness {
+    wheel: TimingWheel<u64>,
+    model: Model,
+    clock_ms: u64,
+    /// Every key ever issued, with its seq: the stale ones included.
+    keys: Vec<(TimerKey, u64)>,
+    next_seq: u64,
+}
+
+impl Harness {
+    fn new() -> Self {
+        Self {
+            wheel: TimingWheel::new(T0),
+            model: Model { wheel_now_ms: T0, pending: BTreeMap::new(), by_seq: HashMap::new() },
+            clock_ms: T0,
+            keys: Vec::new(),
+            next_seq: 0,
+        }
+    }
+
+    fn due_ms(&self, due: &Due) -> u64 {
+        match *due {
+            Due::Past(d) => self.clock_ms.saturating_sub(d),
+            Due::Near(d) | Due::Hours(d) | Due::Days(d) | Due::Far(d) => self.clock_ms.saturating_add(d),
+            Due::Edge(unit, k, d) => {
+                (self.clock_ms / unit + k).saturating_mul(unit).saturating_add_signed(d)
+            }
+            Due::Max => u64::MAX,
+        }
+    }
+
+    fn insert(&mut self, due_ms: u64) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let key = self.wheel.insert(due_ms, seq);
+        let effective = due_ms.max(self.model.wheel_now_ms);
+        self.model.pending.insert((effective, seq), due_ms);
+        self.model.by_seq.insert(seq, (effective, key));
+        self.keys.push((key, seq));
+    }
+
+    fn pick(&self, k: usize) -> Option<(TimerKey, u64)> {
+        (!self.keys.is_empty()).then(|| self.keys[k % self.keys.len()])
+    }
+
+    /// One poll, checked against the model; returns whether it fired.
+    fn poll(&mut self, now_ms: u64) -> bool {
+        let fired = self.wheel.poll(now_ms);
+        let first = self.model.pending.keys().next().copied();
+        match fired {
+            Some((key, due_ms, seq)) => {
+                let (effective, model_key) =
+                    self.model.by_seq.remove(&seq).expect("fired a pending timer, once");
+                assert_eq!(key, model_key);
+                assert_eq!(first.map(|f| f.0), Some(effective), "fires in effective due order");
+                assert_eq!(self.model.pending.remove(&(effective, seq)), Some(due_ms));
+                assert!(due_ms <= now_ms && effective <= now_ms, "never early");
+                self.model.wheel_now_ms = effective;
+            }
+            None => {
+                if let Some((effective, seq)) = first {
+                    assert!(effective > now_ms, "timer {seq} due at {effective} lost at {now_ms}");
+                }
+                self.model.wheel_now_ms = self.model.wheel_now_ms.max(now_ms);
+            }
+        }
+        assert_eq!(self.wheel.now_ms(), self.model.wheel_now_ms);
+        fired.is_some()
+    }
+
+    fn apply(&mut self, op: &Op) {
+        match op {
+            Op::Insert(due) => self.insert(self.due_ms(due)),
+            Op::Burst(due, n) => {
+                let due_ms = self.due_ms(due);
+                for _ in 0..*n {
+                    self.insert(due_ms);
+                }
+            }
+            Op::Cancel(k) => {
+                if let Some((key, seq)) = self.pick(*k) {
+                    let expected = self.model.by_seq.remove(&seq).map(|(effective, _)| {
+                        self.model.pending.remove(&(effective, seq));
+                        seq
+                    });
+                    assert_eq!(self.wheel.cancel(key), expected);
+                }
+            }
+            Op::Reschedule(k, due) => {
+                if let Some((key, seq)) = self.pick(*k) {
+                    let due_ms = self.due_ms(due);
+                    let pending = self.model.by_seq.contains_key(&seq);
+                    assert_eq!(self.wheel.reschedule(key, due_ms), pending);
+                    if pending {
+                        let (old, _) = self.model.by_seq[&seq];
+                        self.model.pending.remove(&(old, seq));
+                        let effective = due_ms.max(self.model.wheel_now_ms);
+                        self.model.pending.insert((effective, seq), due_ms);
+                        self.model.by_seq.insert(seq, (effective, key));
+                    }
+                }
+            }
+            Op::Advance(step, polls) => {
+                self.clock_ms = self.clock_ms.saturating_add_signed(*step);
+                for _ in 0..*polls {
+                    if !self.poll(self.clock_ms) {
+                        break;
+                    }
+                }
+            }
+            Op::PollAtNextDue => {
+                if let Some(next_ms) = self.wheel.next_due() {
+                    self.clock_ms = self.clock_ms.max(next_ms);
+                    if !self.poll(next_ms) {
+                        let after = self.wheel.next_due();
+                        assert!(after.is_none_or(|a| a > next_ms), "no progress at {next_ms}");
+                    }
+                }
+            }
+        }
+        self.check();
+    }
+
+    fn check(&self) {
+        assert_eq!(self.wheel.len(), self.model.pending.len());
+        assert_eq!(self.wheel.is_empty(), self.model.pending.is_empty());
+        let next = self.wheel.next_due();
+        match self.model.pending.keys().next() {
+            None => assert_eq!(next, None),
+            Some(&(first, _)) => {
+                let next = next.expect("next_due while timers are pending");
+                assert!(next <= first, "next_due {next} later than the earliest {first}");
+                assert!(next >= self.model.wheel_now_ms);
+                if first / 1000 == self.model.wheel_now_ms / 1000 {
+                    assert_eq!(next, first, "exact within the current second");
+                }
+            }
+        }
+    }
+
+    /// Drains everything: nothing may be left behind.
+    fn finish(&mut self) {
+        while let Some(next_ms) = self.wheel.next_due() {
+            self.clock_ms = self.clock_ms.max(next_ms);
+            while self.poll(self.clock_ms) {}
+            self.check();
+        }
+        assert!(self.model.pending.is_empty());
+    }
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(512)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    #[test]
+    fn wheel_matches_the_model(ops in proptest::collection::vec(op(), 1..120)) {
+        let mut h = Harness::new();
+        for op in &ops {
+            h.apply(op);
+        }
+        h.finish();
+    }
+}
+
+/// A fixed scenario the random one may take long to find: a burst drained in batches while
+/// inserts and cancels keep flowing, then a jump of days over every tier.
+#[test]
+fn burst_drained_in_batches_while_inserts_and_cancels_flow() {
+    let mut h = Harness::new();
+    for _ in 0..5_000 {
+        h.insert(T0 + 1_500);
+    }
+    for i in 0..200u64 {
+        h.insert(T0 + (i * 7_777_777) % (5 * DAY));
+    }
+    h.clock_ms = T0 + 2_000;
+    for round in 0..100usize {
+        for _ in 0..40 {
+            h.poll(h.clock_ms);
+        }
+        h.apply(&Op::Insert(Due::Near((round as u64 * 37) % 3_000)));
+        h.apply(&Op::Cancel(round * 101));
+        h.check();
+    }
+    h.apply(&Op::Advance(6 * DAY as i64, u16::MAX));
+    h.finish();
+}

@@ -1,0 +1,532 @@
+//! The [`Wal`]: appends, group commit, rolls, reading and deleting segments, shutdown.
+//!
+//! Locks, always taken in this order: `delete_lock` → `log` → the group commit's own lock.
+//! `log` is held only to assign LSNs and copy frames into the storage (and across a roll); no
+//! data sync runs under it except the roll's, which the invariant "a segment exists only once
+//! its predecessor is durable" requires.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::Lsn;
+use crate::commit::{CommitError, DirtyRange, GroupCommit};
+use crate::error::Error;
+use crate::format::{
+    FLAGS_KNOWN, RECORD_TYPE_INVALID, RECORD_TYPE_USER_MAX, RecordMeta, SEGMENT_HEADER_BYTES,
+    durable_delta, encode_record, frame_bytes,
+};
+use crate::options::{Durability, WalOptions};
+use crate::reader::{Iter, SegmentView};
+use crate::recovery::{RecoveryReport, recover};
+use crate::segment::{Segment, create_spare, install_segment, segment_file_name, spare_file_name};
+use crate::storage::mmap::MmapStorage;
+use crate::storage::{Storage, StorageFile};
+use crate::sync::{Condvar, Mutex, lock};
+
+/// Frames are copied into the storage in writes of at most about this many bytes, so the
+/// scratch buffer stays small whatever the batch.
+const WRITE_CHUNK_BYTES: usize = 1 << 20;
+
+/// A segmented, append-only write-ahead log. `Send + Sync`: share it with `Arc`.
+///
+/// Records are numbered by LSN from 1 without gaps. An append returns once its record is
+/// durable as [`Durability`] says; see the crate docs for the guarantees.
+pub struct Wal<S: Storage = MmapStorage> {
+    shared: Arc<Shared<S>>,
+    background: Mutex<Option<JoinHandle<()>>>,
+}
+
+struct Shared<S: Storage> {
+    storage: S,
+    opts: WalOptions,
+    log: Mutex<LogState<S::File>>,
+    commit: GroupCommit<S::File>,
+    /// Set to stop the periodic sync thread.
+    stop: Mutex<bool>,
+    stop_changed: Condvar,
+    /// Serializes `delete_segments_below` (it does directory I/O outside `log`).
+    delete_lock: Mutex<()>,
+}
+
+struct LogState<F> {
+    /// In id order; the last one is appended to.
+    segments: VecDeque<Segment<F>>,
+    next_lsn: Lsn,
+    scratch: Vec<u8>,
+    closed: bool,
+}
+
+impl<F> LogState<F> {
+    fn current(&self) -> &Segment<F> {
+        self.segments.back().expect("the log always has a segment")
+    }
+}
+
+/// One record to append: type, flags, body.
+type Entry<'a> = (u8, u8, &'a [u8]);
+
+impl Wal<MmapStorage> {
+    /// Opens (creating if needed) the log in directory `path` on memory-mapped files.
+    pub fn open_dir(
+        path: impl AsRef<Path>,
+        opts: WalOptions,
+    ) -> Result<(Self, RecoveryReport), Error> {
+        Self::open(MmapStorage::open_dir(path)?, opts)
+    }
+}
+
+impl<S: Storage> Wal<S> {
+    /// Opens the log on `storage`: takes the directory lock (`Locked` if taken), recovers (see
+    /// [`RecoveryReport`]), and starts the periodic sync thread if asked for.
+    pub fn open(storage: S, opts: WalOptions) -> Result<(Self, RecoveryReport), Error> {
+        opts.validate()?;
+        if !storage.try_lock()? {
+            return Err(Error::Locked);
+        }
+        let (segments, report) = recover(&storage, &opts)?;
+        let last_lsn = segments.last().expect("recovery leaves a segment").last_lsn;
+        tracing::info!(
+            segments = report.segments,
+            records = report.records,
+            last_lsn,
+            elapsed_us = report.elapsed.as_micros() as u64,
+            "WAL recovered"
+        );
+        let shared = Arc::new(Shared {
+            storage,
+            log: Mutex::new(LogState {
+                segments: segments.into(),
+                next_lsn: last_lsn + 1,
+                scratch: Vec::new(),
+                closed: false,
+            }),
+            commit: GroupCommit::new(last_lsn),
+            stop: Mutex::new(false),
+            stop_changed: Condvar::new(),
+            delete_lock: Mutex::new(()),
+            opts,
+        });
+        let background = match shared.opts.durability {
+            Durability::Periodic(interval) => {
+                let shared = Arc::clone(&shared);
+                let handle = std::thread::Builder::new()
+                    .name("timewheel-wal-sync".to_owned())
+                    .spawn(move || periodic_sync(&shared, interval))?;
+                Some(handle)
+            }
+            Durability::Sync | Durability::Buffered => None,
+        };
+        Ok((
+            Self {
+                shared,
+                background: Mutex::new(background),
+            },
+            report,
+        ))
+    }
+
+    /// Appends one record and returns its LSN once it is durable per the durability mode.
+    pub fn append(&self, record_type: u8, body: &[u8]) -> Result<Lsn, Error> {
+        self.append_entries(&[(record_type, 0, body)], self.waits())
+    }
+
+    /// Like [`Wal::append`], with flags (see [`FLAG_SKIPPABLE`](crate::format::FLAG_SKIPPABLE)).
+    pub fn append_with_flags(&self, record_type: u8, flags: u8, body: &[u8]) -> Result<Lsn, Error> {
+        self.append_entries(&[(record_type, flags, body)], self.waits())
+    }
+
+    /// Appends records with consecutive LSNs and returns the last one, after one durability
+    /// wait for all of them. Every record is validated first: on a bad one nothing is written.
+    /// Segments the batch will need are preallocated before anything is written, so `NoSpace`
+    /// also writes nothing. An empty batch writes nothing and returns [`Wal::last_lsn`].
+    pub fn append_batch<'a>(
+        &self,
+        records: impl IntoIterator<Item = (u8, &'a [u8])>,
+    ) -> Result<Lsn, Error> {
+        let entries: Vec<Entry<'a>> = records.into_iter().map(|(t, b)| (t, 0, b)).collect();
+        self.append_entries(&entries, self.waits())
+    }
+
+    /// Appends one record into the storage and returns its LSN without waiting for
+    /// durability, whatever the mode; pair with [`Wal::wait_durable`].
+    pub fn append_nowait(&self, record_type: u8, body: &[u8]) -> Result<Lsn, Error> {
+        self.append_entries(&[(record_type, 0, body)], false)
+    }
+
+    /// [`Wal::append_batch`] without the durability wait.
+    pub fn append_batch_nowait<'a>(
+        &self,
+        records: impl IntoIterator<Item = (u8, &'a [u8])>,
+    ) -> Result<Lsn, Error> {
+        let entries: Vec<Entry<'a>> = records.into_iter().map(|(t, b)| (t, 0, b)).collect();
+        self.append_entries(&entries, false)
+    }
+
+    /// Blocks until `lsn` is durable, syncing if no sync is in flight (in every mode).
+    /// Returns `Ok` at once for an LSN already durable, even on a poisoned log; otherwise a
+    /// poisoned log returns `Poisoned`, and the caller whose own sync failed gets `Io`.
+    pub fn wait_durable(&self, lsn: Lsn) -> Result<(), Error> {
+        let last = self.shared.commit.written_lsn();
+        if lsn > last {
+            return Err(Error::LsnNotWritten { lsn, last });
+        }
+        self.wait_commit(lsn)
+    }
+
+    /// Makes everything written so far durable and returns the durable LSN.
+    pub fn sync(&self) -> Result<Lsn, Error> {
+        if self.shared.commit.is_poisoned() {
+            return Err(Error::Poisoned);
+        }
+        self.wait_commit(self.shared.commit.written_lsn())?;
+        Ok(self.durable_lsn())
+    }
+
+    /// The highest LSN known durable (0: none).
+    pub fn durable_lsn(&self) -> Lsn {
+        self.shared.commit.durable_lsn()
+    }
+
+    /// The highest LSN written (0: none). Records up to it can be read; they are durable only
+    /// up to [`Wal::durable_lsn`].
+    pub fn last_lsn(&self) -> Lsn {
+        self.shared.commit.written_lsn()
+    }
+
+    /// The first LSN still in the log (segments below it were deleted); `last_lsn() + 1` when
+    /// the log holds no record.
+    pub fn first_lsn(&self) -> Lsn {
+        lock(&self.shared.log)
+            .segments
+            .front()
+            .expect("a segment")
+            .first_lsn
+    }
+
+    /// Whether a failed write or sync poisoned the log (see [`Error::Poisoned`]).
+    pub fn is_poisoned(&self) -> bool {
+        self.shared.commit.is_poisoned()
+    }
+
+    /// The options the log was opened with.
+    pub fn options(&self) -> &WalOptions {
+        &self.shared.opts
+    }
+
+    /// The storage the log runs on (locked by it). Other files may live beside the segments,
+    /// e.g. a manifest, as long as their names do not end in `.wal` or `.wal.spare`.
+    pub fn storage(&self) -> &S {
+        &self.shared.storage
+    }
+
+    /// Iterates records from `lsn` (or the first still in the log) up to the last written now.
+    pub fn iter_from(&self, lsn: Lsn) -> Iter<'_, S> {
+        let log = lock(&self.shared.log);
+        let views = log
+            .segments
+            .iter()
+            .map(|s| SegmentView {
+                id: s.id,
+                salt: s.salt,
+                first_lsn: s.first_lsn,
+                end: s.end,
+                file: Arc::clone(&s.file),
+            })
+            .collect();
+        Iter::new(views, lsn, log.next_lsn - 1)
+    }
+
+    /// Deletes whole sealed segments (never the one being appended to) whose records are all
+    /// below `lsn`, oldest first, syncing the directory after each, so a crash leaves a
+    /// contiguous run of segments. Returns how many were deleted. A failed directory sync
+    /// poisons the log.
+    pub fn delete_segments_below(&self, lsn: Lsn) -> Result<usize, Error> {
+        let sh = &*self.shared;
+        let _one_at_a_time = lock(&sh.delete_lock);
+        let doomed: Vec<u64> = {
+            let log = lock(&sh.log);
+            if log.closed {
+                return Err(Error::Closed);
+            }
+            let sealed = log.segments.len() - 1;
+            log.segments
+                .iter()
+                .take(sealed)
+                .take_while(|s| s.last_lsn < lsn)
+                .map(|s| s.id)
+                .collect()
+        };
+        for &id in &doomed {
+            if sh.commit.is_poisoned() {
+                return Err(Error::Poisoned);
+            }
+            sh.storage.remove(&segment_file_name(id))?;
+            let front = lock(&sh.log)
+                .segments
+                .pop_front()
+                .expect("a sealed segment");
+            assert_eq!(front.id, id, "only delete_segments_below removes segments");
+            if let Err(e) = sh.storage.sync_dir() {
+                sh.commit.poison();
+                tracing::error!(segment = id, error = %e, "WAL directory sync failed after delete; poisoned");
+                return Err(Error::Io(e));
+            }
+        }
+        Ok(doomed.len())
+    }
+
+    /// Syncs everything written and stops the periodic sync thread; later appends get
+    /// `Closed`. Idempotent. For an `Arc`-shared log; [`Wal::close`] consumes it.
+    pub fn shutdown(&self) -> Result<(), Error> {
+        {
+            let mut log = lock(&self.shared.log);
+            if log.closed {
+                return Ok(());
+            }
+            log.closed = true;
+        }
+        self.stop_background();
+        if self.shared.commit.is_poisoned() {
+            return Err(Error::Poisoned);
+        }
+        self.wait_commit(self.shared.commit.written_lsn())
+    }
+
+    /// Stops the log the way a crash would, for tests and simulations: later calls get
+    /// `Closed`, the periodic sync thread stops, and nothing more is synced (not even on drop).
+    /// The directory lock is released when the log is dropped.
+    pub fn abandon(&self) {
+        lock(&self.shared.log).closed = true;
+        self.stop_background();
+    }
+
+    /// [`Wal::shutdown`], then releases the directory lock (by dropping the storage).
+    pub fn close(self) -> Result<(), Error> {
+        self.shutdown()
+    }
+
+    fn stop_background(&self) {
+        *lock(&self.shared.stop) = true;
+        self.shared.stop_changed.notify_all();
+        if let Some(handle) = lock(&self.background).take() {
+            // The thread only syncs; a panic there already broke an assertion.
+            handle.join().expect("the WAL sync thread panicked");
+        }
+    }
+
+    fn waits(&self) -> bool {
+        self.shared.opts.durability == Durability::Sync
+    }
+
+    fn wait_commit(&self, lsn: Lsn) -> Result<(), Error> {
+        self.shared.wait_commit(lsn)
+    }
+
+    fn validate(&self, entries: &[Entry<'_>]) -> Result<(), Error> {
+        let max = self.shared.opts.record_bytes_max;
+        for &(record_type, flags, body) in entries {
+            if record_type == RECORD_TYPE_INVALID || record_type > RECORD_TYPE_USER_MAX {
+                return Err(Error::InvalidRecordType(record_type));
+            }
+            if flags & !FLAGS_KNOWN != 0 {
+                return Err(Error::InvalidFlags(flags));
+            }
+            if body.len() > max as usize {
+                return Err(Error::RecordTooLarge {
+                    len: body.len(),
+                    max,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn append_entries(&self, entries: &[Entry<'_>], wait: bool) -> Result<Lsn, Error> {
+        self.validate(entries)?;
+        if entries.is_empty() {
+            return Ok(self.last_lsn());
+        }
+        let last = self.write_entries(entries)?;
+        if wait {
+            self.wait_commit(last)?;
+        }
+        Ok(last)
+    }
+
+    /// Copies the frames into the storage, rolling as needed, and publishes them as written.
+    fn write_entries(&self, entries: &[Entry<'_>]) -> Result<Lsn, Error> {
+        let sh = &*self.shared;
+        let mut guard = lock(&sh.log);
+        let log = &mut *guard;
+        if log.closed {
+            return Err(Error::Closed);
+        }
+        if sh.commit.is_poisoned() {
+            return Err(Error::Poisoned);
+        }
+        sh.preallocate(log.current(), entries)?;
+        let mut durable = sh.commit.durable_lsn();
+        let mut i = 0;
+        loop {
+            let seg = log.segments.back_mut().expect("a segment");
+            log.scratch.clear();
+            let start = seg.end;
+            let mut lsn = log.next_lsn;
+            while let Some(&(record_type, flags, body)) = entries.get(i) {
+                let frame = frame_bytes(body.len()) as u64;
+                if frame > seg.file_bytes - start - log.scratch.len() as u64
+                    || log.scratch.len() >= WRITE_CHUNK_BYTES
+                {
+                    break;
+                }
+                let offset = start + log.scratch.len() as u64;
+                let meta = RecordMeta {
+                    lsn,
+                    record_type,
+                    flags,
+                    durable_delta: durable_delta(lsn, durable),
+                };
+                encode_record(&mut log.scratch, seg.salt, offset, meta, body);
+                lsn += 1;
+                i += 1;
+            }
+            if !log.scratch.is_empty() {
+                if let Err(e) = seg.file.write_at(start, &log.scratch) {
+                    sh.commit.poison();
+                    tracing::error!(segment = seg.id, offset = start, error = %e, "WAL write failed; poisoned");
+                    return Err(Error::Io(e));
+                }
+                let end = start + log.scratch.len() as u64;
+                seg.end = end;
+                seg.last_lsn = lsn - 1;
+                log.next_lsn = lsn;
+                let range = DirtyRange {
+                    segment_id: seg.id,
+                    file: Arc::clone(&seg.file),
+                    start,
+                    end,
+                };
+                sh.commit.publish_written(lsn - 1, range);
+            }
+            let Some(&(_, _, body)) = entries.get(i) else {
+                return Ok(lsn - 1);
+            };
+            if frame_bytes(body.len()) as u64 > log.current().room_bytes() {
+                sh.roll(log)?;
+                // The roll made everything durable: later records vouch for more.
+                durable = sh.commit.durable_lsn();
+            }
+        }
+    }
+}
+
+impl<S: Storage> Shared<S> {
+    fn wait_commit(&self, lsn: Lsn) -> Result<(), Error> {
+        let sync = |ranges: &[DirtyRange<S::File>]| {
+            ranges
+                .iter()
+                .try_for_each(|r| r.file.sync_range(r.start, r.end - r.start))
+        };
+        self.commit.wait_durable(lsn, sync).map_err(|e| match e {
+            CommitError::SyncFailed(e) => {
+                tracing::error!(error = %e, "WAL sync failed; poisoned, nothing more is acknowledged");
+                Error::Io(e)
+            }
+            CommitError::Poisoned => Error::Poisoned,
+        })
+    }
+
+    /// Creates a spare for every segment the entries will roll into, before anything is
+    /// written, so running out of space leaves no half-written batch. On failure the spares
+    /// made so far are removed (recovery removes any that survive a crash).
+    fn preallocate(&self, current: &Segment<S::File>, entries: &[Entry<'_>]) -> Result<(), Error> {
+        // The same packing rule as `write_entries`: roll when the next frame does not fit.
+        let mut rolls = 0u64;
+        let mut room = current.room_bytes();
+        for &(_, _, body) in entries {
+            let frame = frame_bytes(body.len()) as u64;
+            if frame > room {
+                rolls += 1;
+                room = self.opts.segment_bytes - SEGMENT_HEADER_BYTES as u64;
+            }
+            room -= frame;
+        }
+        for k in 1..=rolls {
+            if let Err(e) = create_spare(&self.storage, current.id + k, self.opts.segment_bytes) {
+                for made in 1..k {
+                    let _ = self.storage.remove(&spare_file_name(current.id + made));
+                }
+                tracing::warn!(segment = current.id + k, error = %e, "WAL could not preallocate a segment");
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Seals the current segment and installs its spare as the next one. The current segment
+    /// is synced whole first: a segment's existence then proves its predecessor durable, which
+    /// is what lets recovery call any damage in a sealed segment corruption.
+    fn roll(&self, log: &mut LogState<S::File>) -> Result<(), Error> {
+        self.wait_commit(self.commit.written_lsn())?;
+        let current = log.current();
+        let (id, first_lsn) = (current.id + 1, current.last_lsn + 1);
+        match install_segment(&self.storage, id, first_lsn, self.opts.segment_bytes, true) {
+            Ok(segment) => {
+                tracing::debug!(segment = id, first_lsn, "WAL rolled");
+                log.segments.push_back(segment);
+                Ok(())
+            }
+            Err(e) => {
+                self.commit.poison();
+                tracing::error!(segment = id, error = %e, "WAL roll failed; poisoned");
+                Err(e)
+            }
+        }
+    }
+}
+
+fn periodic_sync<S: Storage>(shared: &Shared<S>, interval: Duration) {
+    loop {
+        {
+            let stop = lock(&shared.stop);
+            let (stop, _) = shared
+                .stop_changed
+                .wait_timeout_while(stop, interval, |stop| !*stop)
+                .expect("a WAL thread panicked");
+            if *stop {
+                return;
+            }
+        }
+        let written = shared.commit.written_lsn();
+        if written > shared.commit.durable_lsn() && shared.wait_commit(written).is_err() {
+            // Poisoned: appenders and waiters see it; there is nothing left to sync.
+            return;
+        }
+    }
+}
+
+impl<S: Storage> Drop for Wal<S> {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            tracing::warn!(error = %e, "WAL dropped without a clean close");
+        }
+    }
+}
+
+impl<S: Storage> std::fmt::Debug for Wal<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wal")
+            .field("durable_lsn", &self.durable_lsn())
+            .field("last_lsn", &self.last_lsn())
+            .finish_non_exhaustive()
+    }
+}
+
+// The engine shares one log between threads through `Arc`.
+const _: fn() = || {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Wal<MmapStorage>>();
+};

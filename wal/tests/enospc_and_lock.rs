@@ -1,0 +1,87 @@
+//! Typed errors at the edges: a directory already locked gives `Locked` (real files and the
+//! fault disk); ENOSPC while preallocating a segment gives `NoSpace`, writes nothing, leaves no
+//! half-made file, and the log keeps working once space is back.
+
+use timewheel_wal::testing::FaultDisk;
+use timewheel_wal::{Error, Wal, WalOptions};
+
+fn opts() -> WalOptions {
+    WalOptions {
+        segment_bytes: 4096,
+        record_bytes_max: 1024,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn second_opener_of_a_directory_is_locked_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = Wal::open_dir(dir.path(), opts()).unwrap();
+    assert!(matches!(
+        Wal::open_dir(dir.path(), opts()),
+        Err(Error::Locked)
+    ));
+    wal.append(1, b"still mine").unwrap();
+    wal.close().unwrap();
+    // Closing releases the lock.
+    let (wal, report) = Wal::open_dir(dir.path(), opts()).unwrap();
+    assert_eq!(report.last_lsn, 1);
+    drop(wal);
+}
+
+#[test]
+fn second_opener_of_a_fault_disk_is_locked_out() {
+    let disk = FaultDisk::new(1);
+    let (wal, _) = Wal::open(disk.storage(), opts()).unwrap();
+    assert!(matches!(
+        Wal::open(disk.storage(), opts()),
+        Err(Error::Locked)
+    ));
+    drop(wal);
+    assert!(Wal::open(disk.storage(), opts()).is_ok());
+}
+
+#[test]
+fn enospc_on_first_segment_is_typed_and_leaves_nothing() {
+    let disk = FaultDisk::new(2);
+    disk.set_enospc(true);
+    let err = Wal::open(disk.storage(), opts()).unwrap_err();
+    assert!(matches!(err, Error::NoSpace { segment: 1, .. }), "{err}");
+    assert!(disk.live_names().is_empty(), "{:?}", disk.live_names());
+}
+
+#[test]
+fn enospc_at_roll_writes_nothing_and_recovers_when_space_returns() {
+    let disk = FaultDisk::new(3);
+    let (wal, _) = Wal::open(disk.storage(), opts()).unwrap();
+    // 4096-byte segments: three 1000-byte bodies fill the first one.
+    let body = [7u8; 1000];
+    for _ in 0..3 {
+        wal.append(1, &body).unwrap();
+    }
+    disk.set_enospc(true);
+    let batch = [(1u8, &body[..]), (2, &body[..])];
+    let err = wal.append_batch(batch).unwrap_err();
+    assert!(matches!(err, Error::NoSpace { segment: 2, .. }), "{err}");
+    assert!(matches!(wal.append(1, &body), Err(Error::NoSpace { .. })));
+    assert_eq!(
+        wal.last_lsn(),
+        3,
+        "nothing of the failed appends was written"
+    );
+    let names = disk.live_names();
+    assert_eq!(
+        names,
+        [timewheel_wal::segment_file_name(1)],
+        "no half-made file"
+    );
+    // A record that still fits needs no new segment.
+    assert_eq!(wal.append(3, b"small").unwrap(), 4);
+    disk.set_enospc(false);
+    assert_eq!(wal.append_batch(batch).unwrap(), 6);
+    drop(wal);
+    let (wal, report) = Wal::open(disk.storage(), opts()).unwrap();
+    assert_eq!(report.last_lsn, 6);
+    let types: Vec<u8> = wal.iter_from(1).map(|r| r.unwrap().record_type).collect();
+    assert_eq!(types, [1, 1, 1, 3, 1, 2]);
+}

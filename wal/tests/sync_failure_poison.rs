@@ -1,0 +1,172 @@
+//! A failed sync poisons the log (fsyncgate): the caller whose sync failed gets the I/O error,
+//! every other waiter and every later append or sync gets `Poisoned`, `durable_lsn` never moves
+//! again, and nothing written after the failure is ever acknowledged, even though the disk's
+//! next sync would "succeed". After a crash every acknowledged record is still there.
+
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use timewheel_wal::testing::{CrashOptions, FaultDisk, SyncFailure};
+use timewheel_wal::{Durability, Error, Wal, WalOptions};
+
+fn opts(durability: Durability) -> WalOptions {
+    WalOptions {
+        segment_bytes: 8192,
+        record_bytes_max: 1024,
+        durability,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn failed_sync_fails_the_waiter_and_everything_after() {
+    let disk = FaultDisk::new(1);
+    let (wal, _) = Wal::open(disk.storage(), opts(Durability::Sync)).unwrap();
+    for i in 0..5u8 {
+        wal.append(1, &[i; 30]).unwrap();
+    }
+    disk.set_sync_failure(SyncFailure::Next);
+    let err = wal.append(1, b"lost").unwrap_err();
+    assert!(
+        matches!(err, Error::Io(_)),
+        "the failed sync's own caller sees the cause: {err}"
+    );
+    // The disk would now sync fine: the log must not believe a retry.
+    for _ in 0..3 {
+        assert!(matches!(wal.append(1, b"later"), Err(Error::Poisoned)));
+        assert!(matches!(wal.sync(), Err(Error::Poisoned)));
+        assert!(matches!(
+            wal.append_batch([(1, &b"x"[..])]),
+            Err(Error::Poisoned)
+        ));
+        assert!(matches!(wal.append_nowait(1, b"x"), Err(Error::Poisoned)));
+    }
+    assert!(matches!(wal.wait_durable(6), Err(Error::Poisoned)));
+    assert_eq!(wal.durable_lsn(), 5);
+    assert_eq!(
+        wal.last_lsn(),
+        6,
+        "the record whose sync failed was written, never acked"
+    );
+    assert!(
+        wal.wait_durable(5).is_ok(),
+        "what was durable before the failure stays so"
+    );
+    assert!(matches!(wal.close(), Err(Error::Poisoned)));
+
+    let disk = disk.crash(&CrashOptions::clean());
+    let (wal, report) = Wal::open(disk.storage(), opts(Durability::Sync)).unwrap();
+    assert_eq!(report.last_lsn, 5);
+    assert_eq!(wal.append(1, b"next life").unwrap(), 6);
+}
+
+#[test]
+fn concurrent_waiters_all_fail_and_nothing_after_is_acked() {
+    let disk = FaultDisk::new(2);
+    let (wal, _) = Wal::open(disk.storage(), opts(Durability::Sync)).unwrap();
+    let wal = Arc::new(wal);
+    disk.set_sync_failure(SyncFailure::AfterN(20));
+    let handles: Vec<_> = (0..8)
+        .map(|t| {
+            let wal = Arc::clone(&wal);
+            thread::spawn(move || {
+                let mut acked = Vec::new();
+                let mut failed_at = None;
+                for i in 0..200u32 {
+                    match wal.append(1, format!("{t}:{i}").as_bytes()) {
+                        Ok(lsn) => {
+                            assert!(
+                                failed_at.is_none(),
+                                "an append succeeded after this thread saw a failure"
+                            );
+                            acked.push(lsn);
+                        }
+                        Err(Error::Io(_) | Error::Poisoned) => failed_at = failed_at.or(Some(i)),
+                        Err(e) => panic!("unexpected {e}"),
+                    }
+                }
+                (acked, failed_at.is_some())
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(
+        results.iter().all(|(_, failed)| *failed),
+        "every thread sees the poison"
+    );
+    let durable = wal.durable_lsn();
+    let acked: Vec<u64> = results.into_iter().flat_map(|(a, _)| a).collect();
+    assert!(
+        acked.iter().all(|&lsn| lsn <= durable),
+        "nothing above durable_lsn {durable} was acked"
+    );
+    assert!(matches!(wal.sync(), Err(Error::Poisoned)));
+    assert_eq!(
+        wal.durable_lsn(),
+        durable,
+        "durable_lsn never moves after the failure"
+    );
+
+    let crashed = disk.crash(&CrashOptions::default());
+    drop(wal);
+    let (wal, report) = Wal::open(crashed.storage(), opts(Durability::Sync)).unwrap();
+    assert!(report.last_lsn >= durable);
+    let present: std::collections::HashSet<u64> =
+        wal.iter_from(1).map(|r| r.unwrap().lsn).collect();
+    assert!(acked.iter().all(|lsn| present.contains(lsn)));
+}
+
+#[test]
+fn failed_sync_at_a_roll_poisons() {
+    let disk = FaultDisk::new(3);
+    let (wal, _) = Wal::open(disk.storage(), opts(Durability::Buffered)).unwrap();
+    for _ in 0..7 {
+        wal.append(1, &[1; 1000]).unwrap();
+    }
+    disk.set_sync_failure(SyncFailure::Next);
+    // The eighth does not fit: the roll must sync segment 1 first, and that fails.
+    assert!(matches!(wal.append(1, &[2; 1000]), Err(Error::Io(_))));
+    assert!(matches!(wal.append(1, b"small"), Err(Error::Poisoned)));
+    assert_eq!(wal.durable_lsn(), 0);
+    // The spare made for the roll stays until recovery removes it; segment 2 never existed.
+    assert_eq!(
+        disk.live_names(),
+        ["0000000000000001.wal", "0000000000000002.wal.spare"]
+    );
+}
+
+#[test]
+fn periodic_sync_failure_poisons_later_appends() {
+    let disk = FaultDisk::new(4);
+    let (wal, _) = Wal::open(
+        disk.storage(),
+        opts(Durability::Periodic(Duration::from_millis(1))),
+    )
+    .unwrap();
+    disk.set_sync_failure(SyncFailure::Always);
+    let lsn = wal.append(1, b"returns at once").unwrap();
+    // The background sync fails, or this wait's own sync does: either way, never Ok.
+    assert!(wal.wait_durable(lsn).is_err());
+    assert!(matches!(wal.append(1, b"after"), Err(Error::Poisoned)));
+    assert_eq!(wal.durable_lsn(), 0);
+}
+
+#[test]
+fn failed_sync_during_recovery_fails_the_open() {
+    let disk = FaultDisk::new(5);
+    {
+        let (wal, _) = Wal::open(disk.storage(), opts(Durability::Buffered)).unwrap();
+        wal.append(1, b"unsynced").unwrap();
+        let crashed = disk.crash(&CrashOptions::all_unsynced());
+        crashed.set_sync_failure(SyncFailure::Always);
+        assert!(matches!(
+            Wal::open(crashed.storage(), opts(Durability::Sync)),
+            Err(Error::Io(_))
+        ));
+        crashed.set_sync_failure(SyncFailure::Never);
+        let (wal, report) = Wal::open(crashed.storage(), opts(Durability::Sync)).unwrap();
+        assert_eq!(report.last_lsn, 1);
+        drop(wal);
+    }
+}
