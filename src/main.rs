@@ -136,11 +136,14 @@ fn stop_on_signals() -> std::io::Result<crossbeam_channel::Receiver<()>> {
 }
 
 fn init_logging(default_level: &str) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal, not in a log file a supervisor collects.
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }

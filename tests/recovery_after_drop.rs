@@ -42,15 +42,19 @@ fn every_acknowledged_change_survives_an_abandoned_engine() {
     assert_eq!(fire(&engine), vec![interrupted], "the interrupted job fires at once");
     let again = engine.claim(interrupted).expect("claim").expect("ready");
     assert_eq!(again.attempt, 2, "delivered again with attempt + 1");
+    assert!(engine.complete(&again).expect("complete"));
 
     clock.set(T0 + 5_000);
     assert_eq!(fire(&engine), vec![pending]);
     let p = engine.claim(pending).expect("claim").expect("ready");
     assert_eq!(&p.payload[..], b"later");
+    assert!(engine.complete(&p).expect("complete"));
     clock.set(T0 + 9_000);
     assert_eq!(fire(&engine), vec![moved]);
+    let m = engine.claim(moved).expect("claim").expect("ready");
+    assert!(engine.complete(&m).expect("complete"));
     clock.set(T0 + 100_000);
     assert!(fire(&engine).is_empty(), "cancelled and completed jobs never fire");
     let stats = engine.stats();
-    assert_eq!((stats.completed, stats.cancelled), (1, 1));
+    assert_eq!((stats.completed, stats.cancelled), (4, 1));
 }

@@ -328,86 +328,46 @@ fn malformed_lines_get_error_replies_and_serving_continues() {
         r#"{{"op":"schedule","req":"long","delay_ms":1,"payload":"{}"}}"#,
         "x".repeat(300)
     );
-    let cases: Vec<(Vec<u8>, Value, &str)> = vec![
-        (b"not json at all".to_vec(), Value::Null, "bad_request"),
-        (b"".to_vec(), Value::Null, "bad_request"),
-        (b"[1,2,3]".to_vec(), Value::Null, "bad_request"),
-        (b"\"just a string\"".to_vec(), Value::Null, "bad_request"),
-        (
-            b"{\"op\":\"stats\",\xff}".to_vec(),
-            Value::Null,
-            "bad_request",
-        ),
-        (long.into_bytes(), Value::Null, "bad_request"),
-        (
-            br#"{"op":"frobnicate","req":1}"#.to_vec(),
-            json!(1),
-            "bad_request",
-        ),
-        (br#"{"req":2}"#.to_vec(), json!(2), "bad_request"),
-        (br#"{"op":5,"req":3}"#.to_vec(), json!(3), "bad_request"),
-        (
-            br#"{"op":"schedule","req":4}"#.to_vec(),
-            json!(4),
-            "bad_request",
-        ),
-        (
-            br#"{"op":"schedule","req":5,"due_ms":"soon"}"#.to_vec(),
-            json!(5),
-            "bad_request",
-        ),
-        (
-            br#"{"op":"schedule","req":6,"due_ms":-5}"#.to_vec(),
-            json!(6),
-            "bad_request",
-        ),
-        (
-            br#"{"op":"schedule","req":7,"due_ms":1,"delay_ms":1}"#.to_vec(),
-            json!(7),
-            "bad_request",
-        ),
-        (
-            br#"{"op":"schedule","req":8,"delay_ms":1,"payload":"a","payload_b64":"YQ=="}"#
-                .to_vec(),
-            json!(8),
-            "bad_request",
-        ),
-        (
-            br#"{"op":"schedule","req":9,"delay_ms":1,"payload_b64":"%%%"}"#.to_vec(),
-            json!(9),
-            "bad_request",
-        ),
-        (
-            br#"{"op":"cancel","req":10,"id":5}"#.to_vec(),
-            json!(10),
-            "bad_request",
-        ),
-        (
-            br#"{"op":"cancel","req":11,"id":"five"}"#.to_vec(),
-            json!(11),
-            "bad_request",
-        ),
-        (
-            br#"{"op":"cancel","req":12}"#.to_vec(),
-            json!(12),
-            "bad_request",
-        ),
-        (
-            br#"{"op":"reschedule","req":13,"id":"1"}"#.to_vec(),
-            json!(13),
-            "bad_request",
-        ),
-        (
-            br#"{"op":"complete","req":14,"id":"-1"}"#.to_vec(),
-            json!(14),
-            "bad_request",
-        ),
-        (
-            br#"{"op":"schedule","req":15,"due_ms":18446744073709551615}"#.to_vec(),
-            json!(15),
-            "invalid_input",
-        ),
+    // Unreadable lines: the reply's req is null.
+    let unreadable: [&[u8]; 6] = [
+        b"not json at all",
+        b"",
+        b"[1,2,3]",
+        b"\"just a string\"",
+        b"{\"op\":\"stats\",\xff}",
+        long.as_bytes(),
     ];
+    // Readable, with a bad op or field: the req, R here, is echoed.
+    let readable = [
+        r#"{"op":"frobnicate","req":R}"#,
+        r#"{"req":R}"#,
+        r#"{"op":5,"req":R}"#,
+        r#"{"op":"schedule","req":R}"#,
+        r#"{"op":"schedule","req":R,"due_ms":"soon"}"#,
+        r#"{"op":"schedule","req":R,"due_ms":-5}"#,
+        r#"{"op":"schedule","req":R,"due_ms":1.5}"#,
+        r#"{"op":"schedule","req":R,"due_ms":1,"delay_ms":1}"#,
+        r#"{"op":"schedule","req":R,"delay_ms":1,"payload":"a","payload_b64":"YQ=="}"#,
+        r#"{"op":"schedule","req":R,"delay_ms":1,"payload_b64":"%%%"}"#,
+        r#"{"op":"schedule","req":R,"delay_ms":1,"payload":7}"#,
+        r#"{"op":"cancel","req":R,"id":5}"#,
+        r#"{"op":"cancel","req":R,"id":"five"}"#,
+        r#"{"op":"cancel","req":R}"#,
+        r#"{"op":"reschedule","req":R,"id":"1"}"#,
+        r#"{"op":"complete","req":R,"id":"-1"}"#,
+        r#"{"op":"fail","req":R,"id":"+1"}"#,
+    ];
+    let mut cases: Vec<(Vec<u8>, Value, &str)> = Vec::new();
+    for line in unreadable {
+        cases.push((line.to_vec(), Value::Null, "bad_request"));
+    }
+    for (i, line) in readable.iter().enumerate() {
+        let line = line.replace('R', &i.to_string());
+        cases.push((line.into_bytes(), json!(i), "bad_request"));
+    }
+    // Well formed, but refused by the engine: a due time past Config::due_ahead_ms_max.
+    let far = json!({"op": "schedule", "req": "far", "due_ms": u64::MAX});
+    cases.push((far.to_string().into_bytes(), json!("far"), "invalid_input"));
     for (line, _, _) in &cases {
         s.send_raw(line);
     }
@@ -484,13 +444,16 @@ fn payloads_roundtrip_as_text_or_base64() {
 #[test]
 fn a_delivery_not_finished_within_the_lease_fires_again_with_the_next_attempt() {
     // Without --auto-complete, a job left alone past --lease-ms is delivered again with
-    // attempt 2; completing that delivery is ok.
+    // attempt 2; completing the first delivery by its attempt is refused, the newest is ok.
     let dir = TempDir::new("lease");
-    let mut s = Sidecar::start(&dir.0, &["--lease-ms", "150"]);
+    let mut s = Sidecar::start(&dir.0, &["--lease-ms", "300"]);
     let id = s.schedule(json!({"delay_ms": 0, "payload": "p"}));
     s.fired(&id, 1);
     let ev = s.fired(&id, 2);
     assert_eq!(ev["payload"], "p");
+    // The first delivery is over: naming it finishes nothing.
+    let stale = json!({"op": "complete", "id": id, "attempt": 1});
+    assert_eq!(s.error_kind(stale), "not_found");
     s.ok(json!({"op": "complete", "id": id}));
     let st = s.stats();
     assert_eq!(st["completed"], 1);

@@ -28,6 +28,11 @@
 //! - `shutdown` is answered after the flush: its ok means everything is durable. Requests after
 //!   it are ignored; no event follows its reply.
 //! - `fired_ms` is the engine's clock reading when the sidecar claimed the job.
+//! - Additions: `complete` and `fail` take an optional `"attempt"` (the one from the event):
+//!   then only that delivery is finished, else `not_found`; stats also report `redelivered`.
+//! - A line's length is counted without its newline; a line over the limit is skipped up to
+//!   its newline without being stored, and answered with `req` null.
+//! - Through the library, a schedule is answered once durable in every durability mode.
 
 mod lines;
 pub mod protocol;

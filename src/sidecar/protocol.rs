@@ -24,10 +24,13 @@ pub enum Request {
     Cancel(JobId),
     /// `{"op":"reschedule","id":"ID","due_ms":T}`.
     Reschedule(JobId, u64),
-    /// `{"op":"complete","id":"ID"}`.
-    Complete(JobId),
-    /// `{"op":"fail","id":"ID","error":"text"}`; a missing `error` is an empty reason.
-    Fail(JobId, String),
+    /// `{"op":"complete","id":"ID"}`, optionally with the `"attempt"` of the delivery being
+    /// finished (an addition to the contract: a fencing token against finishing a newer
+    /// delivery than the one the client worked on).
+    Complete(JobId, Option<u32>),
+    /// `{"op":"fail","id":"ID","error":"text"}`; a missing `error` is an empty reason. Takes
+    /// `"attempt"` like `Complete`.
+    Fail(JobId, String, Option<u32>),
     /// `{"op":"stats"}`.
     Stats,
     /// `{"op":"shutdown"}`.
@@ -85,11 +88,11 @@ fn parse_object(obj: &Map<String, Value>) -> Result<Request, String> {
             let due_ms = opt_u64(obj, "due_ms")?.ok_or("missing field due_ms")?;
             Ok(Request::Reschedule(id, due_ms))
         }
-        "complete" => Ok(Request::Complete(id_field(obj)?)),
+        "complete" => Ok(Request::Complete(id_field(obj)?, attempt_field(obj)?)),
         "fail" => {
             let id = id_field(obj)?;
             let error = opt_str(obj, "error")?.unwrap_or_default();
-            Ok(Request::Fail(id, error.to_owned()))
+            Ok(Request::Fail(id, error.to_owned(), attempt_field(obj)?))
         }
         "stats" => Ok(Request::Stats),
         "shutdown" => Ok(Request::Shutdown),
@@ -135,6 +138,16 @@ pub fn parse_id(s: &str) -> Option<JobId> {
         return None;
     }
     s.parse().ok().map(JobId)
+}
+
+/// The optional `attempt` of complete and fail.
+fn attempt_field(obj: &Map<String, Value>) -> Result<Option<u32>, String> {
+    match opt_u64(obj, "attempt")? {
+        None => Ok(None),
+        Some(n) => u32::try_from(n)
+            .map(Some)
+            .map_err(|_| format!("field attempt: {n} is out of range")),
+    }
 }
 
 /// An optional non-negative integer field; `null` counts as absent, as many JSON writers emit
@@ -427,9 +440,24 @@ mod tests {
         assert_eq!(p.request, Ok(Request::Reschedule(JobId(3), 9)));
         assert!(bad(r#"{"op":"reschedule","id":"3"}"#).1.contains("due_ms"));
         let p = parse(r#"{"op":"fail","id":"3","error":"boom"}"#);
-        assert_eq!(p.request, Ok(Request::Fail(JobId(3), "boom".into())));
-        let p = parse(r#"{"op":"fail","id":"3"}"#);
-        assert_eq!(p.request, Ok(Request::Fail(JobId(3), String::new())));
+        assert_eq!(p.request, Ok(Request::Fail(JobId(3), "boom".into(), None)));
+        let p = parse(r#"{"op":"fail","id":"3","attempt":2}"#);
+        assert_eq!(
+            p.request,
+            Ok(Request::Fail(JobId(3), String::new(), Some(2)))
+        );
+        let p = parse(r#"{"op":"complete","id":"3","attempt":1}"#);
+        assert_eq!(p.request, Ok(Request::Complete(JobId(3), Some(1))));
+        assert!(
+            bad(r#"{"op":"complete","id":"3","attempt":4294967296}"#)
+                .1
+                .contains("attempt")
+        );
+        assert!(
+            bad(r#"{"op":"complete","id":"3","attempt":"1"}"#)
+                .1
+                .contains("attempt")
+        );
         assert_eq!(parse(r#"{"op":"stats"}"#).request, Ok(Request::Stats));
         let p = parse(r#"{"op":"shutdown","extra":1}"#);
         assert_eq!(p.request, Ok(Request::Shutdown));

@@ -23,7 +23,7 @@ use timewheel_wal::storage::Storage;
 
 use super::lines::{Line, LineReader};
 use super::protocol::{Reply, Request, parse_line, render_fired, render_reply};
-use crate::config::{Config, Durability};
+use crate::config::Config;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::job::{Claimed, JobId, JobSpec};
@@ -61,7 +61,11 @@ pub enum ServeEnd {
 /// `shutdown` request or [`ServeOptions::stop`], then shuts the engine down (flushing it).
 ///
 /// `config` must be the configuration `engine` was opened with: it gives the line limit, the
-/// lease (from which `fired_ms` is derived) and the durability mode.
+/// lease (from which `fired_ms` is derived) and the batch limit.
+///
+/// A schedule is answered once its job is durable whatever `Config::durability` says, as the
+/// protocol promises; the other changes are acknowledged as the durability mode says (durable
+/// in the default `Sync`).
 ///
 /// `input` is read on a thread of its own, which may outlive this call while it is blocked in
 /// a read; it ends at the input's EOF, or with the process.
@@ -93,7 +97,6 @@ where
         lease_ms: config.lease_ms,
         line_bytes_max,
         batch_jobs_max: config.batch_jobs_max.min(CHUNK_LINES_MAX),
-        wait_for_sync: matches!(config.durability, Durability::Sync),
         auto_complete: options.auto_complete,
     };
     let stop = options.stop.unwrap_or_else(never);
@@ -184,7 +187,6 @@ struct Server<'e, S: Storage, W> {
     lease_ms: u64,
     line_bytes_max: usize,
     batch_jobs_max: usize,
-    wait_for_sync: bool,
     auto_complete: bool,
 }
 
@@ -290,7 +292,7 @@ impl<S: Storage, W: Write + Send> Server<'_, S, W> {
         Ok(())
     }
 
-    /// Schedules and waits until durable (in Sync mode). The jobs' events are held back until
+    /// Schedules and waits until durable. The jobs' events are held back until
     /// the returned guard is dropped, which the caller does after writing the replies.
     fn schedule_durable(&self, specs: Vec<JobSpec>) -> Result<(Vec<JobId>, GateGuard<'_>)> {
         let mut pending = lock(&self.gate.pending);
@@ -299,9 +301,7 @@ impl<S: Storage, W: Write + Send> Server<'_, S, W> {
         *pending = ids.first().zip(ids.last()).map(|(a, b)| a.0..=b.0);
         drop(pending);
         let guard = GateGuard(&self.gate);
-        if self.wait_for_sync {
-            self.engine.wait_durable(lsn)?;
-        }
+        self.engine.wait_durable(lsn)?;
         Ok((ids, guard))
     }
 
@@ -311,8 +311,8 @@ impl<S: Storage, W: Write + Send> Server<'_, S, W> {
         let result = match request {
             Request::Cancel(id) => e.cancel(id).map(Reply::Cancelled),
             Request::Reschedule(id, due_ms) => e.reschedule(id, due_ms).map(Reply::Rescheduled),
-            Request::Complete(id) => return self.finish(id, None),
-            Request::Fail(id, reason) => return self.finish(id, Some(&reason)),
+            Request::Complete(id, attempt) => return self.finish(id, attempt, None),
+            Request::Fail(id, reason, attempt) => return self.finish(id, attempt, Some(&reason)),
             Request::Stats => Ok(Reply::Stats(Box::new(e.stats()))),
             Request::Schedule(_) | Request::Shutdown => {
                 unreachable!("schedule and shutdown are served by serve_chunk")
@@ -321,9 +321,11 @@ impl<S: Storage, W: Write + Send> Server<'_, S, W> {
         result.unwrap_or_else(|e| Reply::engine_error(&e))
     }
 
-    /// Completes (`reason` None) or fails a job through the claim this sidecar holds.
-    fn finish(&self, id: JobId, reason: Option<&str>) -> Reply {
-        let Some(claimed) = lock(&self.claims).get(&id).cloned() else {
+    /// Completes (`reason` None) or fails a job through the claim this sidecar holds: the
+    /// newest delivery, or exactly `attempt` when the client names it.
+    fn finish(&self, id: JobId, attempt: Option<u32>, reason: Option<&str>) -> Reply {
+        let held = lock(&self.claims).get(&id).cloned();
+        let Some(claimed) = held.filter(|c| attempt.is_none_or(|a| a == c.attempt)) else {
             return Reply::not_found(id);
         };
         let result = match reason {

@@ -235,3 +235,114 @@ mod tests {
         assert!(syncs.load(Ordering::Relaxed) <= 1600);
     }
 }
+
+/// The loom model of the hand-off between appenders, the leader that syncs, and poisoning.
+/// Run with `RUSTFLAGS="--cfg loom" cargo test -p timewheel-wal --lib --release loom_`.
+#[cfg(all(test, loom))]
+mod loom_model {
+    use super::*;
+    use loom::sync::atomic::AtomicUsize;
+    use loom::thread;
+
+    fn range(start: u64) -> DirtyRange<()> {
+        DirtyRange {
+            segment_id: 1,
+            file: Arc::new(()),
+            start,
+            end: start + 8,
+        }
+    }
+
+    /// Appends one record under the append lock (which orders LSNs) and returns its LSN.
+    fn append(gc: &GroupCommit<()>, next: &Mutex<u64>) -> Lsn {
+        let mut n = lock(next);
+        *n += 1;
+        gc.publish_written(*n, range(*n * 8));
+        *n
+    }
+
+    #[test]
+    fn loom_every_acknowledged_lsn_is_covered_by_a_successful_sync() {
+        loom::model(|| {
+            let gc = Arc::new(GroupCommit::new(0));
+            let next = Arc::new(Mutex::new(0u64));
+            // The highest LSN a successful sync covered: an Ok above it is a lie.
+            let synced = Arc::new(AtomicU64::new(0));
+            let threads: Vec<_> = (0..2)
+                .map(|_| {
+                    let (gc, next, synced) = (gc.clone(), next.clone(), synced.clone());
+                    thread::spawn(move || {
+                        let lsn = append(&gc, &next);
+                        gc.wait_durable(lsn, |ranges| {
+                            // Record `n` lives at bytes n*8 .. n*8+8.
+                            let covered = ranges.iter().map(|r| r.end / 8 - 1).max();
+                            synced.fetch_max(covered.unwrap_or(0), Ordering::SeqCst);
+                            Ok(())
+                        })
+                        .expect("no failure injected");
+                        assert!(gc.durable_lsn() >= lsn);
+                        assert!(
+                            synced.load(Ordering::SeqCst) >= lsn,
+                            "acknowledged only after a sync that covered it"
+                        );
+                        lsn
+                    })
+                })
+                .collect();
+            for t in threads {
+                let lsn = t.join().expect("thread");
+                assert!(gc.durable_lsn() >= lsn);
+            }
+            assert_eq!(gc.durable_lsn(), 2);
+        });
+    }
+
+    #[test]
+    fn loom_a_failed_sync_is_never_followed_by_an_acknowledgement() {
+        loom::model(|| {
+            let gc = Arc::new(GroupCommit::new(0));
+            let next = Arc::new(Mutex::new(0u64));
+            let syncs = Arc::new(AtomicUsize::new(0));
+            let threads: Vec<_> = (0..2)
+                .map(|_| {
+                    let (gc, next, syncs) = (gc.clone(), next.clone(), syncs.clone());
+                    thread::spawn(move || {
+                        let lsn = append(&gc, &next);
+                        // The first sync fails; any later one would "succeed" — and must never
+                        // be believed, because nothing may be acknowledged after a failure.
+                        gc.wait_durable(lsn, |_| {
+                            if syncs.fetch_add(1, Ordering::SeqCst) == 0 {
+                                Err(io::Error::other("EIO"))
+                            } else {
+                                Ok(())
+                            }
+                        })
+                    })
+                })
+                .collect();
+            let results: Vec<_> = threads
+                .into_iter()
+                .map(|t| t.join().expect("thread"))
+                .collect();
+            assert!(
+                results.iter().all(|r| r.is_err()),
+                "the first sync failed, so nothing is acknowledged"
+            );
+            assert_eq!(
+                syncs.load(Ordering::SeqCst),
+                1,
+                "a failed sync is never retried"
+            );
+            assert_eq!(gc.durable_lsn(), 0);
+            assert!(gc.is_poisoned());
+            assert_eq!(
+                results
+                    .iter()
+                    .filter(|r| matches!(r, Err(CommitError::SyncFailed(_))))
+                    .count(),
+                1,
+                "exactly the leader sees the I/O error; the others see Poisoned"
+            );
+        });
+    }
+}

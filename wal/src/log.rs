@@ -24,7 +24,7 @@ use crate::recovery::{RecoveryReport, recover};
 use crate::segment::{Segment, create_spare, install_segment, segment_file_name, spare_file_name};
 use crate::storage::mmap::MmapStorage;
 use crate::storage::{Storage, StorageFile};
-use crate::sync::{Condvar, Mutex, lock};
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// Frames are copied into the storage in writes of at most about this many bytes, so the
 /// scratch buffer stays small whatever the batch.
@@ -530,3 +530,11 @@ const _: fn() = || {
     fn shareable<T: Send + Sync>() {}
     shareable::<Wal<MmapStorage>>();
 };
+
+/// Locks one of the log's own mutexes (always `std`: only the group commit runs under loom). A
+/// poisoned mutex means a thread panicked mid-update, so this panics too.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .expect("a WAL thread panicked while holding a lock")
+}

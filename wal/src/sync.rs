@@ -1,10 +1,16 @@
 //! The synchronization primitives of the group commit, behind one name.
 //!
-//! `commit.rs` takes its `Mutex`, `Condvar` and atomics from here and nowhere else, so that a
-//! loom model can later swap in `loom::sync` with one `#[cfg(loom)]` arm in this file (and a
-//! `loom` dev-dependency) without touching the protocol it checks.
+//! `commit.rs` takes its `Mutex`, `Condvar` and atomics from here and nowhere else, so that the
+//! loom model (`commit::loom_model`, built with `RUSTFLAGS="--cfg loom"`) swaps in `loom::sync`
+//! here without touching the protocol it checks.
 
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+#[cfg(loom)]
+pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
+#[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+#[cfg(not(loom))]
 pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// Locks `mutex`. A poisoned std mutex means another thread panicked while it held the lock,

@@ -1,0 +1,221 @@
+//! What happens next in a simulated run: the user's calls, the clock, and the world's faults,
+//! drawn with weights from the seed's one random stream.
+//!
+//! Generation only chooses; it never looks at the engine. Due times are chosen relative to the
+//! clock's current reading, ids from the oracle's list (plus some that never existed).
+
+use timewheel_wal::testing::{CrashOptions, SimRng, SyncFailure};
+
+/// Where every run's clock starts: far from the epoch, so "a day ago" is still positive.
+pub const T0_MS: u64 = 1_800_000_000_000;
+/// Milliseconds in a day.
+pub const DAY_MS: u64 = 86_400_000;
+/// Largest payload the simulation schedules (the engine allows more, see `PAYLOAD_BYTES_MAX`).
+pub const PAYLOAD_BYTES_SIM_MAX: u64 = 300;
+/// The engine's payload limit in the simulation; one byte more is an invalid input.
+pub const PAYLOAD_BYTES_MAX: usize = 512;
+/// Largest `schedule_batch` the simulation sends.
+pub const BATCH_JOBS_SIM_MAX: u64 = 64;
+/// How far ahead a due time may be chosen: about four months.
+pub const DUE_AHEAD_MS_SIM_MAX: u64 = 120 * DAY_MS;
+
+/// One job to schedule, with an absolute due time.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub due_ms: u64,
+    pub payload: Vec<u8>,
+    pub binary: bool,
+}
+
+/// One step of a run.
+#[derive(Debug, Clone)]
+pub enum Op {
+    Schedule(Spec),
+    ScheduleBatch(Vec<Spec>),
+    /// A payload one byte over the limit: refused, nothing written.
+    ScheduleInvalid(Spec),
+    Cancel(u64),
+    Reschedule(u64, u64),
+    /// `run_timers`, then drain `ready()` into the worker's backlog.
+    RunTimers,
+    /// Claim up to this many ids from the front of the backlog (some are skipped).
+    Claim(usize),
+    /// Complete the held claim at this index (modulo the held count).
+    Complete(usize),
+    /// Complete up to this many held claims in one `complete_batch`.
+    CompleteBatch(usize),
+    /// Fail the held claim at this index.
+    Fail(usize),
+    /// Set the clock to this reading (forwards by 0 ms to days, or a little backwards).
+    ClockSet(u64),
+    /// Sync EIO from now on, as this policy says.
+    ArmSyncFailure(SyncFailure),
+    /// `create` fails with ENOSPC while on.
+    ArmEnospc(bool),
+    /// `close()`, then reopen on the same disk (no crash).
+    CloseReopen,
+    /// Drop the engine (its drop syncs, maybe into armed faults), reopen on the same disk.
+    DropReopen,
+    /// A power cut with these faults, then recovery on the crashed disk.
+    Crash { opts: CrashOptions, corrupt: bool },
+}
+
+/// A weighted choice among `weights.len()` options.
+pub fn weighted(rng: &mut SimRng, weights: &[u64]) -> usize {
+    let total: u64 = weights.iter().sum();
+    let mut x = rng.below(total);
+    for (i, &w) in weights.iter().enumerate() {
+        if x < w {
+            return i;
+        }
+        x -= w;
+    }
+    unreachable!("x < total")
+}
+
+/// A due time around `now_ms`: from a day in the past to months ahead, mostly soon.
+pub fn due_ms(rng: &mut SimRng, now_ms: u64) -> u64 {
+    match weighted(rng, &[2, 2, 6, 4, 2, 1]) {
+        0 => now_ms - rng.between(1, DAY_MS),
+        1 => now_ms,
+        2 => now_ms + rng.between(1, 1_000),
+        3 => now_ms + rng.between(1_000, 3_600_000),
+        4 => now_ms + rng.between(3_600_000, 7 * DAY_MS),
+        _ => now_ms + rng.between(7 * DAY_MS, DUE_AHEAD_MS_SIM_MAX),
+    }
+}
+
+fn payload(rng: &mut SimRng) -> Vec<u8> {
+    let len = match weighted(rng, &[3, 4, 2]) {
+        0 => 0,
+        1 => rng.between(1, 24),
+        _ => rng.between(25, PAYLOAD_BYTES_SIM_MAX),
+    };
+    let mut p = vec![0u8; len as usize];
+    rng.fill(&mut p);
+    p
+}
+
+fn spec(rng: &mut SimRng, due_ms: u64) -> Spec {
+    Spec {
+        due_ms,
+        payload: payload(rng),
+        binary: rng.chance(0.3),
+    }
+}
+
+/// A sync failure policy, mostly one that strikes within the next few syncs.
+pub fn sync_failure(rng: &mut SimRng) -> SyncFailure {
+    match weighted(rng, &[3, 2, 1, 3, 3]) {
+        0 => SyncFailure::Next,
+        1 => SyncFailure::Always,
+        2 => SyncFailure::Never,
+        3 => SyncFailure::AfterN(rng.below(6)),
+        _ => SyncFailure::AlwaysAfterN(rng.below(6)),
+    }
+}
+
+/// The crash faults: power-cut faults mostly, media corruption sometimes.
+pub fn crash(rng: &mut SimRng, corruption_chance: f64) -> Op {
+    let corrupt = rng.chance(corruption_chance);
+    let opts = if corrupt {
+        CrashOptions::random_with_corruption(rng)
+    } else {
+        CrashOptions::random(rng)
+    };
+    Op::Crash { opts, corrupt }
+}
+
+/// What the oracle lets generation see.
+pub struct View<'a> {
+    pub now_ms: u64,
+    pub lease_ms: u64,
+    /// Every id the oracle knows, in the order it learned them.
+    pub ids: &'a [u64],
+    /// One past the highest id that could exist.
+    pub id_end: u64,
+    pub backlog: usize,
+    pub held: usize,
+    pub corruption_chance: f64,
+}
+
+/// Draws the next operation.
+pub fn next(rng: &mut SimRng, v: &View<'_>) -> Op {
+    let weights = [
+        20, // schedule
+        6,  // schedule_batch
+        1,  // invalid schedule
+        8,  // cancel
+        6,  // reschedule
+        16, // run timers
+        if v.backlog > 0 { 14 } else { 1 },
+        if v.held > 0 { 8 } else { 0 },
+        if v.held > 0 { 2 } else { 0 },
+        if v.held > 0 { 4 } else { 0 },
+        14, // clock
+        2,  // arm sync failure
+        1,  // arm or clear ENOSPC
+        2,  // close + reopen
+        1,  // drop + reopen
+        4,  // crash
+    ];
+    match weighted(rng, &weights) {
+        0 => Op::Schedule(spec(rng, due_ms(rng, v.now_ms))),
+        1 => {
+            let n = match weighted(rng, &[3, 2, 1]) {
+                0 => rng.between(1, 4),
+                1 => rng.between(5, 16),
+                _ => rng.between(17, BATCH_JOBS_SIM_MAX),
+            };
+            // Half the batches are bursts: every job due in the same millisecond.
+            let burst = rng.chance(0.5).then(|| due_ms(rng, v.now_ms));
+            let specs = (0..n)
+                .map(|_| {
+                    let due = burst.unwrap_or_else(|| due_ms(rng, v.now_ms));
+                    spec(rng, due)
+                })
+                .collect();
+            Op::ScheduleBatch(specs)
+        }
+        2 => {
+            let mut s = spec(rng, due_ms(rng, v.now_ms));
+            s.payload = vec![7; PAYLOAD_BYTES_MAX + 1];
+            Op::ScheduleInvalid(s)
+        }
+        3 => Op::Cancel(pick_id(rng, v)),
+        4 => Op::Reschedule(pick_id(rng, v), due_ms(rng, v.now_ms)),
+        5 => Op::RunTimers,
+        6 => Op::Claim(rng.between(1, 8) as usize),
+        7 => Op::Complete(rng.below(v.held.max(1) as u64) as usize),
+        8 => Op::CompleteBatch(rng.between(1, 6) as usize),
+        9 => Op::Fail(rng.below(v.held.max(1) as u64) as usize),
+        10 => Op::ClockSet(clock_step(rng, v.now_ms, v.lease_ms)),
+        11 => Op::ArmSyncFailure(sync_failure(rng)),
+        12 => Op::ArmEnospc(rng.chance(0.5)),
+        13 => Op::CloseReopen,
+        14 => Op::DropReopen,
+        _ => crash(rng, v.corruption_chance),
+    }
+}
+
+/// A known id mostly; sometimes one that never existed (or not yet).
+fn pick_id(rng: &mut SimRng, v: &View<'_>) -> u64 {
+    match rng.pick(v.ids) {
+        Some(&id) if rng.chance(0.9) => id,
+        _ => rng.between(1, v.id_end + 3),
+    }
+}
+
+/// The clock's next reading: still, a little, about a lease, seconds to days ahead, or a
+/// small step backwards.
+fn clock_step(rng: &mut SimRng, now_ms: u64, lease_ms: u64) -> u64 {
+    match weighted(rng, &[2, 4, 4, 3, 2, 1, 1]) {
+        0 => now_ms,
+        1 => now_ms + rng.between(1, 20),
+        2 => now_ms + rng.between(lease_ms / 2, lease_ms * 2),
+        3 => now_ms + rng.between(1_000, 120_000),
+        4 => now_ms + rng.between(3_600_000, DAY_MS),
+        5 => now_ms + rng.between(DAY_MS, 30 * DAY_MS),
+        _ => now_ms.saturating_sub(rng.between(1, 5_000)),
+    }
+}
