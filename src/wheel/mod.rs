@@ -369,10 +369,10 @@ impl<T> TimingWheel<T> {
         let mut round = [(NIL, 0u64, NIL, 0usize); LANES_MAX];
         while moved < budget && !self.ring(tier).is_empty_slot(slot) {
             let mut taken = 0;
-            for lane in 0..lanes.min(budget - moved) {
+            for lane in 0..lanes {
                 let list = slot * lanes + lane;
                 let index = self.ring(tier).head(list);
-                if index != NIL {
+                if index != NIL && moved + taken < budget {
                     let (_, next) = self.slab.links(index);
                     round[taken] = (index, self.slab.due_ms(index), next, list);
                     taken += 1;
