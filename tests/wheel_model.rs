@@ -96,7 +96,11 @@ impl Harness {
     fn new() -> Self {
         Self {
             wheel: TimingWheel::new(T0),
-            model: Model { wheel_now_ms: T0, pending: BTreeMap::new(), by_seq: HashMap::new() },
+            model: Model {
+                wheel_now_ms: T0,
+                pending: BTreeMap::new(),
+                by_seq: HashMap::new(),
+            },
             clock_ms: T0,
             keys: Vec::new(),
             next_seq: 0,
@@ -106,10 +110,12 @@ impl Harness {
     fn due_ms(&self, due: &Due) -> u64 {
         match *due {
             Due::Past(d) => self.clock_ms.saturating_sub(d),
-            Due::Near(d) | Due::Hours(d) | Due::Days(d) | Due::Far(d) => self.clock_ms.saturating_add(d),
-            Due::Edge(unit, k, d) => {
-                (self.clock_ms / unit + k).saturating_mul(unit).saturating_add_signed(d)
+            Due::Near(d) | Due::Hours(d) | Due::Days(d) | Due::Far(d) => {
+                self.clock_ms.saturating_add(d)
             }
+            Due::Edge(unit, k, d) => (self.clock_ms / unit + k)
+                .saturating_mul(unit)
+                .saturating_add_signed(d),
             Due::Max => u64::MAX,
         }
     }
@@ -134,17 +140,27 @@ impl Harness {
         let first = self.model.pending.keys().next().copied();
         match fired {
             Some((key, due_ms, seq)) => {
-                let (effective, model_key) =
-                    self.model.by_seq.remove(&seq).expect("fired a pending timer, once");
+                let (effective, model_key) = self
+                    .model
+                    .by_seq
+                    .remove(&seq)
+                    .expect("fired a pending timer, once");
                 assert_eq!(key, model_key);
-                assert_eq!(first.map(|f| f.0), Some(effective), "fires in effective due order");
+                assert_eq!(
+                    first.map(|f| f.0),
+                    Some(effective),
+                    "fires in effective due order"
+                );
                 assert_eq!(self.model.pending.remove(&(effective, seq)), Some(due_ms));
                 assert!(due_ms <= now_ms && effective <= now_ms, "never early");
                 self.model.wheel_now_ms = effective;
             }
             None => {
                 if let Some((effective, seq)) = first {
-                    assert!(effective > now_ms, "timer {seq} due at {effective} lost at {now_ms}");
+                    assert!(
+                        effective > now_ms,
+                        "timer {seq} due at {effective} lost at {now_ms}"
+                    );
                 }
                 self.model.wheel_now_ms = self.model.wheel_now_ms.max(now_ms);
             }
@@ -198,7 +214,10 @@ impl Harness {
                     self.clock_ms = self.clock_ms.max(next_ms);
                     if !self.poll(next_ms) {
                         let after = self.wheel.next_due();
-                        assert!(after.is_none_or(|a| a > next_ms), "no progress at {next_ms}");
+                        assert!(
+                            after.is_none_or(|a| a > next_ms),
+                            "no progress at {next_ms}"
+                        );
                     }
                 }
             }
@@ -214,7 +233,10 @@ impl Harness {
             None => assert_eq!(next, None),
             Some(&(first, _)) => {
                 let next = next.expect("next_due while timers are pending");
-                assert!(next <= first, "next_due {next} later than the earliest {first}");
+                assert!(
+                    next <= first,
+                    "next_due {next} later than the earliest {first}"
+                );
                 assert!(next >= self.model.wheel_now_ms);
                 if first / 1000 == self.model.wheel_now_ms / 1000 {
                     assert_eq!(next, first, "exact within the current second");
@@ -235,7 +257,10 @@ impl Harness {
 }
 
 fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(512)
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(512)
 }
 
 proptest! {

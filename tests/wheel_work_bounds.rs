@@ -19,7 +19,10 @@ fn splitmix(state: &mut u64) -> u64 {
 }
 
 fn timers() -> u64 {
-    std::env::var("WHEEL_WORK_TIMERS").ok().and_then(|n| n.parse().ok()).unwrap_or(10_000_000)
+    std::env::var("WHEEL_WORK_TIMERS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10_000_000)
 }
 
 #[test]
@@ -40,15 +43,23 @@ fn ten_million_in_one_hour_polled_every_ms_stay_within_the_budget() {
     }
     assert_eq!(fired, n);
     let stats = wheel.work_stats();
-    assert!(stats.cascaded_per_poll_max <= CASCADE_PER_POLL_MAX as u64, "{stats:?}");
-    assert!(stats.cascaded_total <= 2 * n, "at most two cascades per timer: {stats:?}");
+    assert!(
+        stats.cascaded_per_poll_max <= CASCADE_PER_POLL_MAX as u64,
+        "{stats:?}"
+    );
+    assert!(
+        stats.cascaded_total <= 2 * n,
+        "at most two cascades per timer: {stats:?}"
+    );
 }
 
 #[test]
 fn a_million_due_in_one_ms_are_cascaded_ahead_and_fired_in_batches() {
     let burst_ms = T0 + 90_000;
     let mut wheel = TimingWheel::new(T0);
-    let burst: Vec<_> = (0..1_000_000u64).map(|i| wheel.insert(burst_ms, i)).collect();
+    let burst: Vec<_> = (0..1_000_000u64)
+        .map(|i| wheel.insert(burst_ms, i))
+        .collect();
     let mut now = T0;
     while now + 1 < burst_ms {
         now += 1;
@@ -56,7 +67,10 @@ fn a_million_due_in_one_ms_are_cascaded_ahead_and_fired_in_batches() {
     }
     now = burst_ms;
     let ahead = wheel.work_stats();
-    assert!(ahead.cascaded_per_poll_max <= CASCADE_PER_POLL_MAX as u64, "{ahead:?}");
+    assert!(
+        ahead.cascaded_per_poll_max <= CASCADE_PER_POLL_MAX as u64,
+        "{ahead:?}"
+    );
 
     // Fire in batches while schedule and cancel keep flowing.
     let (mut fired, mut cancelled, mut seed) = (0u64, 0u64, 7);
@@ -72,7 +86,10 @@ fn a_million_due_in_one_ms_are_cascaded_ahead_and_fired_in_batches() {
     }
     assert_eq!(fired + cancelled, 1_000_000);
     assert_eq!(wheel.len(), later.len());
-    assert_eq!(wheel.work_stats().cascaded_per_poll_max, ahead.cascaded_per_poll_max);
+    assert_eq!(
+        wheel.work_stats().cascaded_per_poll_max,
+        ahead.cascaded_per_poll_max
+    );
 }
 
 #[test]

@@ -84,11 +84,19 @@ impl Timers for Dq {
     type Key = DqKey;
     fn new(start_ms: u64) -> Self {
         let start = tokio::time::Instant::now();
-        Self { queue: DelayQueue::new(), start_ms, start, now_ms: start_ms }
+        Self {
+            queue: DelayQueue::new(),
+            start_ms,
+            start,
+            now_ms: start_ms,
+        }
     }
     #[inline]
     fn insert(&mut self, due_ms: u64, value: u64) -> DqKey {
-        self.queue.insert_at(value, self.start + Duration::from_millis(due_ms - self.start_ms))
+        self.queue.insert_at(
+            value,
+            self.start + Duration::from_millis(due_ms - self.start_ms),
+        )
     }
     #[inline]
     fn cancel(&mut self, key: DqKey) -> bool {
@@ -96,7 +104,10 @@ impl Timers for Dq {
     }
     #[inline]
     fn poll(&mut self, _: u64) -> Option<u64> {
-        match self.queue.poll_expired(&mut Context::from_waker(Waker::noop())) {
+        match self
+            .queue
+            .poll_expired(&mut Context::from_waker(Waker::noop()))
+        {
             Poll::Ready(Some(expired)) => Some(expired.into_inner()),
             _ => None,
         }
@@ -207,7 +218,10 @@ fn record(slot: &mut u64, since: Instant) {
 impl<T: Timers> Timers for Timed<T> {
     type Key = T::Key;
     fn new(start_ms: u64) -> Self {
-        Self { inner: T::new(start_ms), pauses: Pauses::default() }
+        Self {
+            inner: T::new(start_ms),
+            pauses: Pauses::default(),
+        }
     }
     fn insert(&mut self, due_ms: u64, value: u64) -> T::Key {
         let t = Instant::now();
@@ -249,7 +263,9 @@ fn splitmix(state: &mut u64) -> u64 {
 
 fn dues(n: usize, seed: u64) -> Vec<u64> {
     let mut state = seed;
-    (0..n).map(|_| T0 + 1 + splitmix(&mut state) % HOUR_MS).collect()
+    (0..n)
+        .map(|_| T0 + 1 + splitmix(&mut state) % HOUR_MS)
+        .collect()
 }
 
 fn ns_per(elapsed: Duration, ops: usize) -> f64 {
@@ -288,7 +304,14 @@ async fn w1<T: Timers>(dues: &[u64]) -> (W1, T) {
     let fired = drain(&mut timers, T0 + HOUR_MS + 1).await;
     let fire_ns = ns_per(start.elapsed(), fired);
     assert_eq!(fired, dues.len());
-    (W1 { insert_ns, fire_ns, bytes_per_timer }, timers)
+    (
+        W1 {
+            insert_ns,
+            fire_ns,
+            bytes_per_timer,
+        },
+        timers,
+    )
 }
 
 struct W2 {
@@ -298,8 +321,11 @@ struct W2 {
 
 async fn w2<T: Timers>(dues: &[u64]) -> (W2, T) {
     let mut timers = T::new(T0);
-    let keys: Vec<T::Key> =
-        dues.iter().enumerate().map(|(i, &due)| timers.insert(due, i as u64)).collect();
+    let keys: Vec<T::Key> = dues
+        .iter()
+        .enumerate()
+        .map(|(i, &due)| timers.insert(due, i as u64))
+        .collect();
     let start = Instant::now();
     let mut cancelled = 0;
     for (i, &key) in keys.iter().enumerate() {
@@ -342,7 +368,12 @@ async fn w3<T: Timers>(dues: &[u64]) -> (W3, T) {
         }
         cycles += fired;
     }
-    (W3 { cycle_ns: ns_per(start.elapsed(), cycles) }, timers)
+    (
+        W3 {
+            cycle_ns: ns_per(start.elapsed(), cycles),
+        },
+        timers,
+    )
 }
 
 /// Runs a workload to completion: on a paused tokio runtime for `DelayQueue`, else by polling
@@ -470,7 +501,11 @@ fn main() {
     let sizes: Vec<usize> = std::env::var("WHEEL_BENCH_N")
         .unwrap_or_else(|_| "1000000,10000000".into())
         .split(',')
-        .map(|n| n.trim().parse().expect("WHEEL_BENCH_N: comma-separated sizes"))
+        .map(|n| {
+            n.trim()
+                .parse()
+                .expect("WHEEL_BENCH_N: comma-separated sizes")
+        })
         .collect();
     let names = ["wheel", "delayqueue", "binaryheap", "btreemap"];
     let picked: Vec<String> = std::env::args()
@@ -489,7 +524,10 @@ fn main() {
         let mut rows = Vec::new();
         let started = Instant::now();
         if wanted("wheel") {
-            rows.push(("TimingWheel", measure::<TimingWheel<u64>>(&dues, runs, false)));
+            rows.push((
+                "TimingWheel",
+                measure::<TimingWheel<u64>>(&dues, runs, false),
+            ));
         }
         if wanted("delayqueue") {
             rows.push(("DelayQueue", measure::<Dq>(&dues, runs, true)));

@@ -212,7 +212,11 @@ impl Level {
             return Some(w * 64 + here.trailing_zeros() as usize);
         }
         // Later words, then (wrapping) earlier words, then the low bits of word `w`.
-        let later = if w + 1 < 64 { self.summary & (!0u64 << (w + 1)) } else { 0 };
+        let later = if w + 1 < 64 {
+            self.summary & (!0u64 << (w + 1))
+        } else {
+            0
+        };
         let earlier = self.summary & ((1u64 << w) - 1);
         for candidates in [later, earlier] {
             if candidates != 0 {
@@ -253,7 +257,10 @@ mod tests {
         assert_eq!(slot_for(Tier::Second, hour + 121_000), 1);
         // The minute ring is 64 hour buckets of 60 minute slots: bucket (hour % 64) * 60 + minute.
         assert_eq!(slot_for(Tier::Minute, hour + 5 * MS_PER_MINUTE), 3 * 60 + 5);
-        assert_eq!(slot_for(Tier::Minute, 67 * MS_PER_HOUR + 5 * MS_PER_MINUTE), 3 * 60 + 5);
+        assert_eq!(
+            slot_for(Tier::Minute, 67 * MS_PER_HOUR + 5 * MS_PER_MINUTE),
+            3 * 60 + 5
+        );
         assert_eq!(slot_for(Tier::Overflow, u64::MAX), u64::MAX / MS_PER_MINUTE);
     }
 
@@ -293,7 +300,11 @@ mod tests {
         level.set_head(1_999, NIL);
         assert_eq!(level.first_from(65), Some(3), "wraps to the start");
         level.set_head(3, NIL);
-        assert_eq!(level.first_from(65), Some(64), "wraps to the low bits of the same word");
+        assert_eq!(
+            level.first_from(65),
+            Some(64),
+            "wraps to the low bits of the same word"
+        );
         level.set_head(64, NIL);
         assert_eq!(level.summary, 0);
         assert_eq!(level.first_from(65), None);

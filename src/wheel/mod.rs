@@ -59,8 +59,8 @@ use std::fmt;
 
 use level::{
     LANES_MAX, Level, MINUTE_LANES, MINUTE_SLOTS, MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND,
-    MS_SLOTS, SECOND_LANES, SECOND_SLOTS, Tier, decode_list_id, level_for, list_id,
-    ring_distance, slot_for,
+    MS_SLOTS, SECOND_LANES, SECOND_SLOTS, Tier, decode_list_id, level_for, list_id, ring_distance,
+    slot_for,
 };
 use slab::{HEAD, NIL, Slab};
 
@@ -100,7 +100,10 @@ impl TimerKey {
 
     /// The key that [`to_u64`](Self::to_u64) returned; any other number is a stale key.
     pub fn from_u64(raw: u64) -> Self {
-        Self { index: raw as u32, generation: (raw >> 32) as u32 }
+        Self {
+            index: raw as u32,
+            generation: (raw >> 32) as u32,
+        }
     }
 }
 
@@ -354,39 +357,62 @@ impl<T> TimingWheel<T> {
             return;
         }
         let moved = self.cascade(Tier::Second, next_second as usize, CASCADE_PER_POLL_MAX);
-        self.cascade(Tier::Minute, next_minute as usize, CASCADE_PER_POLL_MAX - moved);
+        self.cascade(
+            Tier::Minute,
+            next_minute as usize,
+            CASCADE_PER_POLL_MAX - moved,
+        );
     }
 
     /// Moves up to `budget` timers out of ring slot `slot` of `tier` into the ring their due
     /// time now belongs to (always a finer one); returns how many moved.
     ///
-    /// Timers go one per lane per round: the heads of all lanes are read first, so that the
-    /// cache misses of the lanes overlap (a slot cascaded ahead of time was filled long ago,
-    /// and its entries are scattered over the slab).
+    /// A slot cascaded ahead of time was filled long ago and its entries are scattered over
+    /// the slab, so each costs a cache miss. Two things keep those misses from queueing up:
+    /// the lanes are walked side by side, one timer per lane per round, with the entries of a
+    /// round read before any is moved (their misses overlap); and the lists are detached
+    /// first, so moving a timer never writes to the next one (which would be one more miss,
+    /// in the middle of a round). What the budget leaves is attached again at the end.
     fn cascade(&mut self, tier: Tier, slot: usize, budget: usize) -> usize {
+        if budget == 0 || self.ring(tier).is_empty_slot(slot) {
+            return 0;
+        }
         let lanes = self.ring(tier).lanes();
+        let mut rest = [NIL; LANES_MAX];
+        for (lane, rest) in rest.iter_mut().enumerate().take(lanes) {
+            *rest = self.ring(tier).head(slot * lanes + lane);
+            self.ring(tier).set_head(slot * lanes + lane, NIL);
+        }
         let mut moved = 0;
-        let mut round = [(NIL, 0u64, NIL, 0usize); LANES_MAX];
-        while moved < budget && !self.ring(tier).is_empty_slot(slot) {
+        let mut round = [(NIL, 0u64); LANES_MAX];
+        while moved < budget {
             let mut taken = 0;
-            for lane in 0..lanes {
-                let list = slot * lanes + lane;
-                let index = self.ring(tier).head(list);
-                if index != NIL && moved + taken < budget {
-                    let (_, next) = self.slab.links(index);
-                    round[taken] = (index, self.slab.due_ms(index), next, list);
+            for rest in rest.iter_mut().take(lanes) {
+                if *rest != NIL && moved + taken < budget {
+                    let (_, next) = self.slab.links(*rest);
+                    round[taken] = (*rest, self.slab.due_ms(*rest));
+                    *rest = next;
                     taken += 1;
                 }
             }
-            for &(index, due_ms, next, list) in &round[..taken] {
-                self.ring(tier).set_head(list, next);
-                if next != NIL {
-                    self.slab.set_prev(next, HEAD | list_id(tier, list));
-                }
-                assert!(due_ms >= self.now_ms, "cascading a timer due before the wheel's time");
+            if taken == 0 {
+                break;
+            }
+            for &(index, due_ms) in &round[..taken] {
+                assert!(
+                    due_ms >= self.now_ms,
+                    "cascading a timer due before the wheel's time"
+                );
                 self.link(index, due_ms);
             }
             moved += taken;
+        }
+        for (lane, &rest) in rest.iter().enumerate().take(lanes) {
+            if rest != NIL {
+                let list = slot * lanes + lane;
+                self.ring(tier).set_head(list, rest);
+                self.slab.set_prev(rest, HEAD | list_id(tier, list));
+            }
         }
         self.stats.cascaded_total += moved as u64;
         moved
@@ -402,7 +428,10 @@ impl<T> TimingWheel<T> {
             let (due_minute, head) = entry.remove_entry();
             let slot = (due_minute % MINUTE_SLOTS as u64) as usize;
             // Its slot last held a minute before the wheel's time, so it is empty.
-            assert!(self.minutes.is_empty_slot(slot), "overflow splice onto an occupied slot");
+            assert!(
+                self.minutes.is_empty_slot(slot),
+                "overflow splice onto an occupied slot"
+            );
             let list = slot * MINUTE_LANES;
             self.minutes.set_head(list, head);
             self.slab.set_prev(head, HEAD | list_id(Tier::Minute, list));
@@ -458,7 +487,10 @@ impl<T> TimingWheel<T> {
                     if next == NIL {
                         self.overflow.remove(&minute);
                     } else {
-                        *self.overflow.get_mut(&minute).expect("overflow list of a head") = next;
+                        *self
+                            .overflow
+                            .get_mut(&minute)
+                            .expect("overflow list of a head") = next;
                     }
                 }
                 (tier, list) => self.ring(tier).set_head(list, next),
@@ -502,14 +534,29 @@ mod tests {
     #[test]
     fn fires_each_timer_at_its_millisecond_in_every_tier() {
         let mut wheel = TimingWheel::new(T0);
-        let offsets = [0, 1, 999, 1_000, 1_999, 2_500, 59_999, 61_000, 3_600_000, 200 * 3_600_000];
+        let offsets = [
+            0,
+            1,
+            999,
+            1_000,
+            1_999,
+            2_500,
+            59_999,
+            61_000,
+            3_600_000,
+            200 * 3_600_000,
+        ];
         for (i, off) in offsets.iter().enumerate() {
             wheel.insert(T0 + off, i as u64);
         }
         for (i, &off) in offsets.iter().enumerate() {
             let due = T0 + off;
             if off > 0 {
-                assert_eq!(drain(&mut wheel, due - 1), vec![], "nothing early (timer {i})");
+                assert_eq!(
+                    drain(&mut wheel, due - 1),
+                    vec![],
+                    "nothing early (timer {i})"
+                );
             }
             assert_eq!(wheel.next_due(), Some(due), "exact within the second");
             assert_eq!(drain(&mut wheel, due), vec![(due, i as u64)]);
@@ -564,18 +611,26 @@ mod tests {
         wheel.insert(u64::MAX, 1);
         wheel.insert(u64::MAX - 1, 2);
         assert_eq!(drain(&mut wheel, u64::MAX - 2), vec![]);
-        assert_eq!(drain(&mut wheel, u64::MAX), vec![(u64::MAX - 1, 2), (u64::MAX, 1)]);
+        assert_eq!(
+            drain(&mut wheel, u64::MAX),
+            vec![(u64::MAX - 1, 2), (u64::MAX, 1)]
+        );
     }
 
     #[test]
     fn a_jump_of_days_fires_in_due_order() {
         let mut wheel = TimingWheel::new(T0);
-        let mut dues: Vec<u64> = (0..5_000u64).map(|i| T0 + (i * 7_919_993) % (9 * 86_400_000)).collect();
+        let mut dues: Vec<u64> = (0..5_000u64)
+            .map(|i| T0 + (i * 7_919_993) % (9 * 86_400_000))
+            .collect();
         for (i, &due) in dues.iter().enumerate() {
             wheel.insert(due, i as u64);
         }
         dues.sort_unstable();
-        let fired: Vec<u64> = drain(&mut wheel, T0 + 10 * 86_400_000).iter().map(|f| f.0).collect();
+        let fired: Vec<u64> = drain(&mut wheel, T0 + 10 * 86_400_000)
+            .iter()
+            .map(|f| f.0)
+            .collect();
         assert_eq!(fired, dues);
     }
 

@@ -77,7 +77,12 @@ pub(crate) struct Slab<T> {
 impl<T> Slab<T> {
     /// An empty slab with room for `capacity` timers before it allocates again.
     pub(crate) fn with_capacity(capacity: usize) -> Self {
-        let mut slab = Self { chunks: Vec::new(), created: 0, free_head: NIL, len: 0 };
+        let mut slab = Self {
+            chunks: Vec::new(),
+            created: 0,
+            free_head: NIL,
+            len: 0,
+        };
         let capacity = capacity.min(ENTRIES_MAX);
         let mut left = capacity;
         while left > 0 {
@@ -144,7 +149,12 @@ impl<T> Slab<T> {
 
     /// Stores a timer, unlinked; returns its index and generation.
     pub(crate) fn insert(&mut self, due_ms: u64, value: T) -> (u32, u32) {
-        let occupied = Slot::Occupied(Occupied { due_ms, value, prev: NIL, next: Next::new(NIL) });
+        let occupied = Slot::Occupied(Occupied {
+            due_ms,
+            value,
+            prev: NIL,
+            next: Next::new(NIL),
+        });
         self.len += 1;
         if self.free_head != NIL {
             let index = self.free_head;
@@ -157,11 +167,15 @@ impl<T> Slab<T> {
             self.free_head = next_free;
             return (index, generation);
         }
-        assert!((self.created as usize) < ENTRIES_MAX, "timing wheel full: {ENTRIES_MAX} timers");
+        assert!(
+            (self.created as usize) < ENTRIES_MAX,
+            "timing wheel full: {ENTRIES_MAX} timers"
+        );
         let index = self.created;
         let chunk = (index >> CHUNK_BITS) as usize;
         if chunk == self.chunks.len() {
-            self.chunks.push(Vec::with_capacity(if chunk == 0 { 16 } else { CHUNK_LEN }));
+            self.chunks
+                .push(Vec::with_capacity(if chunk == 0 { 16 } else { CHUNK_LEN }));
         }
         let entries = &mut self.chunks[chunk];
         if entries.len() == entries.capacity() {
@@ -169,7 +183,10 @@ impl<T> Slab<T> {
             let target = (entries.capacity() * 2).clamp(16, CHUNK_LEN);
             entries.reserve_exact(target - entries.len());
         }
-        entries.push(Entry { generation: 0, slot: occupied });
+        entries.push(Entry {
+            generation: 0,
+            slot: occupied,
+        });
         self.created += 1;
         (index, 0)
     }
