@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A callback the engine registers so that a clock moved by hand can wake its timer thread.
-pub type AdvanceHook = Arc<dyn Fn() + Send + Sync>;
+/// It returns `false` once its engine is gone, and the clock then forgets it.
+pub type AdvanceHook = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// A source of wall-clock time for the engine.
 pub trait Clock: Send + Sync + 'static {
@@ -104,8 +105,10 @@ impl ManualClock {
 
     fn notify(&self) {
         let hooks = self.inner.hooks.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        for hook in hooks {
-            hook();
+        let dead: Vec<_> = hooks.iter().filter(|hook| !hook()).cloned().collect();
+        if !dead.is_empty() {
+            let mut live = self.inner.hooks.lock().unwrap_or_else(|p| p.into_inner());
+            live.retain(|h| !dead.iter().any(|d| Arc::ptr_eq(d, h)));
         }
     }
 }
@@ -139,14 +142,15 @@ mod tests {
         let clock = ManualClock::new(1_000);
         let hits = Arc::new(AtomicUsize::new(0));
         let h = hits.clone();
-        clock.on_advance(Arc::new(move || {
-            h.fetch_add(1, Ordering::SeqCst);
-        }));
+        clock.on_advance(Arc::new(move || h.fetch_add(1, Ordering::SeqCst) < 1));
         assert_eq!(clock.now_ms(), 1_000);
         clock.advance(5);
         clock.set(900);
         assert_eq!(clock.now_ms(), 900);
+        clock.advance(1);
+        // The hook said it was done after its first call: it ran twice, then was dropped.
         assert_eq!(hits.load(Ordering::SeqCst), 2);
+        assert!(clock.inner.hooks.lock().expect("lock").is_empty());
         assert_eq!(clock.real_wait(2_000), None);
     }
 

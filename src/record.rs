@@ -216,6 +216,15 @@ impl Event<'_> {
             }
         };
         let id = || JobId(u64_at(body, 0));
+        // Reserved words are written as zero and must read as zero, so that a later version
+        // can give them a meaning without old records being misread.
+        let reserved_zero = |b: &[u8], at: usize| {
+            if u32_at(b, at) == 0 {
+                Ok(())
+            } else {
+                Err(err("reserved field is not zero"))
+            }
+        };
         match record_type {
             TYPE_SCHEDULE => {
                 if body.len() < SCHEDULE_FIXED_BYTES {
@@ -245,15 +254,23 @@ impl Event<'_> {
                 id: id(),
                 due_ms: u64_at(body, 8),
             }),
-            TYPE_CLAIM => exact(24).map(|()| Event::Claim {
-                id: id(),
-                attempt: u32_at(body, 8),
-                lease_until_ms: u64_at(body, 16),
-            }),
-            TYPE_COMPLETE => exact(16).map(|()| Event::Complete {
-                id: id(),
-                attempt: u32_at(body, 8),
-            }),
+            TYPE_CLAIM => {
+                exact(24)?;
+                reserved_zero(body, 12)?;
+                Ok(Event::Claim {
+                    id: id(),
+                    attempt: u32_at(body, 8),
+                    lease_until_ms: u64_at(body, 16),
+                })
+            }
+            TYPE_COMPLETE => {
+                exact(16)?;
+                reserved_zero(body, 12)?;
+                Ok(Event::Complete {
+                    id: id(),
+                    attempt: u32_at(body, 8),
+                })
+            }
             TYPE_FAIL => {
                 if body.len() < 16 {
                     return Err(err("short fail body"));
@@ -367,6 +384,28 @@ mod tests {
         ]
         .concat();
         assert_eq!(buf, want);
+    }
+
+    #[test]
+    fn reserved_words_must_be_zero() {
+        // Found by the job_record_decode fuzz target: decode(b) then encode must give b back.
+        let mut claim = Vec::new();
+        Event::Claim {
+            id: JobId(1),
+            attempt: 1,
+            lease_until_ms: 2,
+        }
+        .encode(&mut claim);
+        claim[12] = 1;
+        assert!(Event::decode(TYPE_CLAIM, &claim).is_err());
+        let mut complete = Vec::new();
+        Event::Complete {
+            id: JobId(1),
+            attempt: 1,
+        }
+        .encode(&mut complete);
+        complete[15] = 0x80;
+        assert!(Event::decode(TYPE_COMPLETE, &complete).is_err());
     }
 
     #[test]

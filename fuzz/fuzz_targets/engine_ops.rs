@@ -43,24 +43,57 @@ enum Step {
 
 #[derive(Arbitrary, Debug)]
 enum Op {
-    Schedule { due: DueChoice, payload_len: u8, fill: u8, binary: bool },
-    Batch { n: u8, due: DueChoice, spread_ms: u8 },
+    Schedule {
+        due: DueChoice,
+        payload_len: u8,
+        fill: u8,
+        binary: bool,
+    },
+    Batch {
+        n: u8,
+        due: DueChoice,
+        spread_ms: u8,
+    },
     /// In the log but not acknowledged until a later sync: a crash may keep it or not.
-    BatchNoWait { n: u8, due: DueChoice },
+    BatchNoWait {
+        n: u8,
+        due: DueChoice,
+    },
     Sync,
-    Cancel { pick: u16 },
-    Reschedule { pick: u16, due: DueChoice },
+    Cancel {
+        pick: u16,
+    },
+    Reschedule {
+        pick: u16,
+        due: DueChoice,
+    },
     Advance(Step),
     /// A clock stepped backwards a little; the engine holds its time.
-    ClockBack { ms: u16 },
+    ClockBack {
+        ms: u16,
+    },
     RunTimers,
-    Claim { pick: u16 },
+    Claim {
+        pick: u16,
+    },
     ClaimAllReady,
-    Complete { pick: u16 },
-    CompleteBatch { picks: Vec<u16> },
-    Fail { pick: u16, reason_len: u8 },
+    Complete {
+        pick: u16,
+    },
+    CompleteBatch {
+        picks: Vec<u16>,
+    },
+    Fail {
+        pick: u16,
+        reason_len: u8,
+    },
     Reopen,
-    Crash { keep_unsynced: u8, torn_pages: bool, bit_flips_unsynced: u8, undo_dir_ops: bool },
+    Crash {
+        keep_unsynced: u8,
+        torn_pages: bool,
+        bit_flips_unsynced: u8,
+        undo_dir_ops: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,7 +197,9 @@ impl Sim {
     fn pick_id(&self, pick: u16) -> JobId {
         let known: Vec<JobId> = self.jobs.keys().chain(self.gone.iter()).copied().collect();
         let i = usize::from(pick) % (known.len() + 1);
-        known.get(i).copied().unwrap_or(JobId(self.id_floor.max(self.max_known()) + 1 + u64::from(pick % 3)))
+        known.get(i).copied().unwrap_or(JobId(
+            self.id_floor.max(self.max_known()) + 1 + u64::from(pick % 3),
+        ))
     }
 
     fn max_known(&self) -> u64 {
@@ -185,8 +220,15 @@ impl Sim {
     fn new_ids(&mut self, ids: &[JobId], n: usize) {
         assert_eq!(ids.len(), n);
         for (i, id) in ids.iter().enumerate() {
-            assert!(id.0 > self.id_floor, "id {id} reused (floor {})", self.id_floor);
-            assert!(!self.jobs.contains_key(id) && !self.gone.contains(id), "id {id} reused");
+            assert!(
+                id.0 > self.id_floor,
+                "id {id} reused (floor {})",
+                self.id_floor
+            );
+            assert!(
+                !self.jobs.contains_key(id) && !self.gone.contains(id),
+                "id {id} reused"
+            );
             if i > 0 {
                 assert!(ids[i - 1] < *id, "ids of a batch increase");
             }
@@ -195,11 +237,18 @@ impl Sim {
 
     fn schedule(&mut self, specs: Vec<(u64, Vec<u8>, bool)>, wait: bool) {
         let n = specs.len();
-        let js = specs.iter().map(|(due, p, b)| JobSpec::at(*due).payload(p.clone()).binary(*b));
+        let js = specs
+            .iter()
+            .map(|(due, p, b)| JobSpec::at(*due).payload(p.clone()).binary(*b));
         let ids = if wait {
-            self.engine().schedule_batch(js).expect("schedule on a healthy disk")
+            self.engine()
+                .schedule_batch(js)
+                .expect("schedule on a healthy disk")
         } else {
-            self.engine().schedule_batch_nowait(js).expect("schedule on a healthy disk").0
+            self.engine()
+                .schedule_batch_nowait(js)
+                .expect("schedule on a healthy disk")
+                .0
         };
         self.new_ids(&ids, n);
         for (id, (due_ms, payload, binary)) in ids.into_iter().zip(specs) {
@@ -239,7 +288,12 @@ impl Sim {
 
     fn step(&mut self, op: Op) {
         match op {
-            Op::Schedule { due, payload_len, fill, binary } => {
+            Op::Schedule {
+                due,
+                payload_len,
+                fill,
+                binary,
+            } => {
                 let payload = vec![fill; usize::from(payload_len) % (PAYLOAD_BYTES_MAX + 1)];
                 self.schedule(vec![(self.due(due), payload, binary)], true);
             }
@@ -252,7 +306,9 @@ impl Sim {
             }
             Op::BatchNoWait { n, due } => {
                 let first = self.due(due);
-                let specs = (0..1 + n % BATCH_JOBS_MAX).map(|i| (first + u64::from(i), Vec::new(), false)).collect();
+                let specs = (0..1 + n % BATCH_JOBS_MAX)
+                    .map(|i| (first + u64::from(i), Vec::new(), false))
+                    .collect();
                 self.schedule(specs, false);
             }
             Op::Sync => {
@@ -261,7 +317,10 @@ impl Sim {
             }
             Op::Cancel { pick } => {
                 let id = self.pick_id(pick);
-                let expect = self.jobs.get(&id).is_some_and(|j| j.state != MState::Running);
+                let expect = self
+                    .jobs
+                    .get(&id)
+                    .is_some_and(|j| j.state != MState::Running);
                 let got = self.engine().cancel(id).expect("cancel on a healthy disk");
                 assert_eq!(got, expect, "cancel({id}) of {:?}", self.jobs.get(&id));
                 if got {
@@ -274,8 +333,14 @@ impl Sim {
             Op::Reschedule { pick, due } => {
                 let id = self.pick_id(pick);
                 let due_ms = self.due(due);
-                let expect = self.jobs.get(&id).is_some_and(|j| j.state != MState::Running);
-                let got = self.engine().reschedule(id, due_ms).expect("reschedule on a healthy disk");
+                let expect = self
+                    .jobs
+                    .get(&id)
+                    .is_some_and(|j| j.state != MState::Running);
+                let got = self
+                    .engine()
+                    .reschedule(id, due_ms)
+                    .expect("reschedule on a healthy disk");
                 assert_eq!(got, expect, "reschedule({id}) of {:?}", self.jobs.get(&id));
                 if got {
                     let j = self.jobs.get_mut(&id).expect("live");
@@ -303,30 +368,60 @@ impl Sim {
                 self.claim(id);
             }
             Op::ClaimAllReady => {
-                let ready: Vec<JobId> =
-                    self.jobs.iter().filter(|(_, j)| j.state == MState::Ready).map(|(id, _)| *id).collect();
+                let ready: Vec<JobId> = self
+                    .jobs
+                    .iter()
+                    .filter(|(_, j)| j.state == MState::Ready)
+                    .map(|(id, _)| *id)
+                    .collect();
                 for id in ready {
                     self.claim(id);
                 }
             }
             Op::Complete { pick } => {
-                let Some(c) = self.pick_held(pick) else { return };
+                let Some(c) = self.pick_held(pick) else {
+                    return;
+                };
                 let expect = self.can_finish(&c);
-                let got = self.engine().complete(&c).expect("complete on a healthy disk");
-                assert_eq!(got, expect, "complete({}, attempt {}) of {:?}", c.id, c.attempt, self.jobs.get(&c.id));
+                let got = self
+                    .engine()
+                    .complete(&c)
+                    .expect("complete on a healthy disk");
+                assert_eq!(
+                    got,
+                    expect,
+                    "complete({}, attempt {}) of {:?}",
+                    c.id,
+                    c.attempt,
+                    self.jobs.get(&c.id)
+                );
                 if got {
                     self.finish(&c, true);
                     self.all_durable();
                 }
             }
             Op::CompleteBatch { picks } => {
-                let batch: Vec<Claimed> = picks.iter().take(6).filter_map(|&p| self.pick_held(p)).collect();
-                let got = self.engine().complete_batch(&batch).expect("complete_batch on a healthy disk");
+                let batch: Vec<Claimed> = picks
+                    .iter()
+                    .take(6)
+                    .filter_map(|&p| self.pick_held(p))
+                    .collect();
+                let got = self
+                    .engine()
+                    .complete_batch(&batch)
+                    .expect("complete_batch on a healthy disk");
                 assert_eq!(got.len(), batch.len());
                 let mut any = false;
                 for (c, ok) in batch.iter().zip(got) {
                     let expect = self.can_finish(c);
-                    assert_eq!(ok, expect, "complete_batch: {}, attempt {} of {:?}", c.id, c.attempt, self.jobs.get(&c.id));
+                    assert_eq!(
+                        ok,
+                        expect,
+                        "complete_batch: {}, attempt {} of {:?}",
+                        c.id,
+                        c.attempt,
+                        self.jobs.get(&c.id)
+                    );
                     if ok {
                         self.finish(c, true);
                         any = true;
@@ -337,18 +432,35 @@ impl Sim {
                 }
             }
             Op::Fail { pick, reason_len } => {
-                let Some(c) = self.pick_held(pick) else { return };
+                let Some(c) = self.pick_held(pick) else {
+                    return;
+                };
                 let reason = "r".repeat(usize::from(reason_len) % (REASON_BYTES_MAX + 1));
                 let expect = self.can_finish(&c);
-                let got = self.engine().fail(&c, &reason).expect("fail on a healthy disk");
-                assert_eq!(got, expect, "fail({}, attempt {}) of {:?}", c.id, c.attempt, self.jobs.get(&c.id));
+                let got = self
+                    .engine()
+                    .fail(&c, &reason)
+                    .expect("fail on a healthy disk");
+                assert_eq!(
+                    got,
+                    expect,
+                    "fail({}, attempt {}) of {:?}",
+                    c.id,
+                    c.attempt,
+                    self.jobs.get(&c.id)
+                );
                 if got {
                     self.finish(&c, false);
                     self.all_durable();
                 }
             }
             Op::Reopen => self.reopen(None),
-            Op::Crash { keep_unsynced, torn_pages, bit_flips_unsynced, undo_dir_ops } => {
+            Op::Crash {
+                keep_unsynced,
+                torn_pages,
+                bit_flips_unsynced,
+                undo_dir_ops,
+            } => {
                 // Power-cut faults only: synced data is never touched, so nothing
                 // acknowledged may be lost and the engine must open.
                 let opts = CrashOptions {
@@ -375,7 +487,12 @@ impl Sim {
     fn claim(&mut self, id: JobId) {
         let expect = self.jobs.get(&id).is_some_and(|j| j.state == MState::Ready);
         let got = self.engine().claim(id).expect("claim on a healthy disk");
-        assert_eq!(got.is_some(), expect, "claim({id}) of {:?}", self.jobs.get(&id));
+        assert_eq!(
+            got.is_some(),
+            expect,
+            "claim({id}) of {:?}",
+            self.jobs.get(&id)
+        );
         let Some(c) = got else { return };
         self.engine_now_ms = self.engine_now_ms.max(self.clock.now_ms());
         let j = self.jobs.get_mut(&id).expect("live");
@@ -403,13 +520,27 @@ impl Sim {
         self.engine_now_ms = self.engine_now_ms.max(self.clock.now_ms());
         let now = self.engine_now_ms;
         let fired_set: BTreeSet<JobId> = fired.iter().copied().collect();
-        assert_eq!(fired_set.len(), fired.len(), "an id fires once per run: {fired:?}");
+        assert_eq!(
+            fired_set.len(),
+            fired.len(),
+            "an id fires once per run: {fired:?}"
+        );
         for id in &fired {
-            assert!(!self.gone.contains(id), "job {id} fired after its cancel or finish was acknowledged");
-            let j = self.jobs.get(id).unwrap_or_else(|| panic!("unknown job {id} fired"));
+            assert!(
+                !self.gone.contains(id),
+                "job {id} fired after its cancel or finish was acknowledged"
+            );
+            let j = self
+                .jobs
+                .get(id)
+                .unwrap_or_else(|| panic!("unknown job {id} fired"));
             match j.state {
-                MState::Scheduled => assert!(j.due_ms <= now, "job {id} due {} fired at {now}", j.due_ms),
-                MState::Running => assert!(j.lease_until_ms <= now, "lease of job {id} expired early"),
+                MState::Scheduled => {
+                    assert!(j.due_ms <= now, "job {id} due {} fired at {now}", j.due_ms)
+                }
+                MState::Running => {
+                    assert!(j.lease_until_ms <= now, "lease of job {id} expired early")
+                }
                 MState::Ready => panic!("job {id} fired twice without a claim"),
             }
         }
@@ -419,7 +550,10 @@ impl Sim {
                 MState::Running => j.lease_until_ms <= now,
                 MState::Ready => false,
             };
-            assert!(!due || fired_set.contains(id), "job {id} ({j:?}) was due at {now} and did not fire");
+            assert!(
+                !due || fired_set.contains(id),
+                "job {id} ({j:?}) was due at {now} and did not fire"
+            );
         }
         for id in fired {
             self.jobs.get_mut(&id).expect("checked").state = MState::Ready;
@@ -447,12 +581,19 @@ impl Sim {
         let mut lost = Vec::new();
         for (id, j) in self.jobs.iter_mut() {
             let Some(info) = engine.get(*id) else {
-                assert!(!j.durable, "acknowledged job {id} lost after {crash:?}: {j:?}");
+                assert!(
+                    !j.durable,
+                    "acknowledged job {id} lost after {crash:?}: {j:?}"
+                );
                 lost.push(*id);
                 continue;
             };
             assert_eq!(info.due_ms, j.due_ms, "job {id} came back with another due");
-            assert_eq!(info.state, JobState::Scheduled, "every job comes back waiting");
+            assert_eq!(
+                info.state,
+                JobState::Scheduled,
+                "every job comes back waiting"
+            );
             assert!(
                 j.attempt_durable <= info.attempt && info.attempt <= j.attempt,
                 "job {id} came back with attempt {} (durable {}, last {})",
@@ -468,7 +609,10 @@ impl Sim {
             self.jobs.remove(&id);
         }
         for id in &self.gone {
-            assert!(engine.get(*id).is_none(), "job {id} came back after its cancel or finish was acknowledged");
+            assert!(
+                engine.get(*id).is_none(),
+                "job {id} came back after its cancel or finish was acknowledged"
+            );
         }
         self.engine = Some(engine);
         // What survived is durable now (recovery synced it).
@@ -487,7 +631,11 @@ impl Sim {
         let count = |st| self.jobs.values().filter(|j| j.state == st).count() as u64;
         assert_eq!(
             (s.scheduled, s.ready, s.running),
-            (count(MState::Scheduled), count(MState::Ready), count(MState::Running)),
+            (
+                count(MState::Scheduled),
+                count(MState::Ready),
+                count(MState::Running)
+            ),
             "jobs per state"
         );
     }

@@ -24,10 +24,22 @@ const RECORD_BYTES_MAX: u32 = 1024;
 
 #[derive(Arbitrary, Debug)]
 enum Append {
-    One { record_type: u8, skippable: bool, len: u16, fill: u8 },
-    Batch { n: u8, len: u8, fill: u8 },
+    One {
+        record_type: u8,
+        skippable: bool,
+        len: u16,
+        fill: u8,
+    },
+    Batch {
+        n: u8,
+        len: u8,
+        fill: u8,
+    },
     /// Written but not waited for: a crash may keep it or not.
-    NoWait { len: u8, fill: u8 },
+    NoWait {
+        len: u8,
+        fill: u8,
+    },
     Sync,
 }
 
@@ -50,19 +62,53 @@ enum Name {
 
 #[derive(Arbitrary, Debug)]
 enum Edit {
-    Flip { file: u8, offset: u16, bit: u8 },
-    Write { file: u8, offset: u16, bytes: Vec<u8> },
+    Flip {
+        file: u8,
+        offset: u16,
+        bit: u8,
+    },
+    Write {
+        file: u8,
+        offset: u16,
+        bytes: Vec<u8>,
+    },
     /// A torn write caught as zeros: `len` bytes from `offset` become zero.
-    Zero { file: u8, offset: u16, len: u16 },
+    Zero {
+        file: u8,
+        offset: u16,
+        len: u16,
+    },
     /// Everything from `offset` to the end becomes zero.
-    ZeroTail { file: u8, offset: u16 },
+    ZeroTail {
+        file: u8,
+        offset: u16,
+    },
     /// A stale or misplaced record: bytes copied from one place of a file to another.
-    Copy { file: u8, from: u16, to: u16, len: u8 },
+    Copy {
+        file: u8,
+        from: u16,
+        to: u16,
+        len: u8,
+    },
     /// A record copied into another file at the same offset (an older incarnation).
-    CopyAcross { from_file: u8, to_file: u8, offset: u16, len: u8 },
-    Remove { file: u8 },
-    Rename { file: u8, to: Name },
-    Create { name: Name, len: u16, bytes: Vec<u8> },
+    CopyAcross {
+        from_file: u8,
+        to_file: u8,
+        offset: u16,
+        len: u8,
+    },
+    Remove {
+        file: u8,
+    },
+    Rename {
+        file: u8,
+        to: Name,
+    },
+    Create {
+        name: Name,
+        len: u16,
+        bytes: Vec<u8>,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -87,7 +133,11 @@ fn options(input: &Input) -> WalOptions {
     WalOptions {
         segment_bytes: if input.two_page_segments { 8192 } else { 4096 },
         record_bytes_max: RECORD_BYTES_MAX,
-        recovery_mode: if input.absolute { RecoveryMode::Absolute } else { RecoveryMode::TolerateTornTail },
+        recovery_mode: if input.absolute {
+            RecoveryMode::Absolute
+        } else {
+            RecoveryMode::TolerateTornTail
+        },
         ..WalOptions::default()
     }
 }
@@ -99,29 +149,49 @@ struct Written {
 }
 
 fn body(lsn: u64, len: usize, fill: u8) -> Vec<u8> {
-    (0..len).map(|i| fill.wrapping_add((lsn as u8).wrapping_mul(31)).wrapping_add(i as u8)).collect()
+    (0..len)
+        .map(|i| {
+            fill.wrapping_add((lsn as u8).wrapping_mul(31))
+                .wrapping_add(i as u8)
+        })
+        .collect()
 }
 
 fn write_log(disk: &FaultDisk, input: &Input) -> (Wal<FaultStorage>, Written) {
     let (wal, report) = Wal::open(disk.storage(), options(input)).expect("a fresh log opens");
     assert_eq!(report.last_lsn, 0);
-    let mut w = Written { records: Vec::new(), acked: 0 };
+    let mut w = Written {
+        records: Vec::new(),
+        acked: 0,
+    };
     for a in input.appends.iter().take(APPENDS_MAX) {
         let next = w.records.len() as u64 + 1;
         match *a {
-            Append::One { record_type, skippable, len, fill } => {
+            Append::One {
+                record_type,
+                skippable,
+                len,
+                fill,
+            } => {
                 let t = 1 + record_type % 0xEF;
                 let flags = if skippable { FLAG_SKIPPABLE } else { 0 };
-                let b = body(next, usize::from(len) % (RECORD_BYTES_MAX as usize + 1), fill);
-                let lsn = wal.append_with_flags(t, flags, &b).expect("append on a healthy disk");
+                let b = body(
+                    next,
+                    usize::from(len) % (RECORD_BYTES_MAX as usize + 1),
+                    fill,
+                );
+                let lsn = wal
+                    .append_with_flags(t, flags, &b)
+                    .expect("append on a healthy disk");
                 assert_eq!(lsn, next);
                 w.records.push((t, flags, b));
                 w.acked = lsn;
             }
             Append::Batch { n, len, fill } => {
                 let n = 1 + n % BATCH_RECORDS_MAX;
-                let bodies: Vec<Vec<u8>> =
-                    (0..u64::from(n)).map(|i| body(next + i, usize::from(len), fill)).collect();
+                let bodies: Vec<Vec<u8>> = (0..u64::from(n))
+                    .map(|i| body(next + i, usize::from(len), fill))
+                    .collect();
                 let lsn = wal
                     .append_batch(bodies.iter().map(|b| (2u8, &b[..])))
                     .expect("batch on a healthy disk");
@@ -131,7 +201,9 @@ fn write_log(disk: &FaultDisk, input: &Input) -> (Wal<FaultStorage>, Written) {
             }
             Append::NoWait { len, fill } => {
                 let b = body(next, usize::from(len), fill);
-                let lsn = wal.append_nowait(3, &b).expect("append_nowait on a healthy disk");
+                let lsn = wal
+                    .append_nowait(3, &b)
+                    .expect("append_nowait on a healthy disk");
                 assert_eq!(lsn, next);
                 w.records.push((3, 0, b));
             }
@@ -149,7 +221,11 @@ fn names(disk: &FaultDisk) -> Vec<String> {
 }
 
 fn pick(names: &[String], i: u8) -> Option<&String> {
-    if names.is_empty() { None } else { Some(&names[usize::from(i) % names.len()]) }
+    if names.is_empty() {
+        None
+    } else {
+        Some(&names[usize::from(i) % names.len()])
+    }
 }
 
 fn name_of(n: &Name) -> String {
@@ -172,15 +248,23 @@ fn edit(disk: &FaultDisk, edits: &[Edit]) -> bool {
         let names = names(disk);
         match e {
             Edit::Flip { file, offset, bit } => {
-                let Some(n) = pick(&names, *file) else { continue };
+                let Some(n) = pick(&names, *file) else {
+                    continue;
+                };
                 let len = file_len(disk, n);
                 if len > 0 {
                     disk.flip_bit(n, (usize::from(*offset) % len) as u64, bit % 8);
                     any = true;
                 }
             }
-            Edit::Write { file, offset, bytes } => {
-                let Some(n) = pick(&names, *file) else { continue };
+            Edit::Write {
+                file,
+                offset,
+                bytes,
+            } => {
+                let Some(n) = pick(&names, *file) else {
+                    continue;
+                };
                 let len = file_len(disk, n);
                 if len > 0 {
                     let at = usize::from(*offset) % len;
@@ -189,8 +273,14 @@ fn edit(disk: &FaultDisk, edits: &[Edit]) -> bool {
                     any = true;
                 }
             }
-            Edit::Zero { file, offset, len: zlen } => {
-                let Some(n) = pick(&names, *file) else { continue };
+            Edit::Zero {
+                file,
+                offset,
+                len: zlen,
+            } => {
+                let Some(n) = pick(&names, *file) else {
+                    continue;
+                };
                 let len = file_len(disk, n);
                 if len > 0 {
                     let at = usize::from(*offset) % len;
@@ -200,7 +290,9 @@ fn edit(disk: &FaultDisk, edits: &[Edit]) -> bool {
                 }
             }
             Edit::ZeroTail { file, offset } => {
-                let Some(n) = pick(&names, *file) else { continue };
+                let Some(n) = pick(&names, *file) else {
+                    continue;
+                };
                 let len = file_len(disk, n);
                 if len > 0 {
                     let at = usize::from(*offset) % len;
@@ -208,8 +300,15 @@ fn edit(disk: &FaultDisk, edits: &[Edit]) -> bool {
                     any = true;
                 }
             }
-            Edit::Copy { file, from, to, len: clen } => {
-                let Some(n) = pick(&names, *file) else { continue };
+            Edit::Copy {
+                file,
+                from,
+                to,
+                len: clen,
+            } => {
+                let Some(n) = pick(&names, *file) else {
+                    continue;
+                };
                 let image = disk.live_file(n).unwrap_or_default();
                 if image.is_empty() {
                     continue;
@@ -217,11 +316,18 @@ fn edit(disk: &FaultDisk, edits: &[Edit]) -> bool {
                 // Copies keep record alignment, like a misplaced or stale record would.
                 let from = (usize::from(*from) * 8) % image.len();
                 let to = (usize::from(*to) * 8) % image.len();
-                let c = (usize::from(*clen) * 8).min(image.len() - from).min(image.len() - to);
+                let c = (usize::from(*clen) * 8)
+                    .min(image.len() - from)
+                    .min(image.len() - to);
                 disk.write_raw(n, to as u64, &image[from..from + c], true);
                 any = true;
             }
-            Edit::CopyAcross { from_file, to_file, offset, len: clen } => {
+            Edit::CopyAcross {
+                from_file,
+                to_file,
+                offset,
+                len: clen,
+            } => {
                 let (Some(a), Some(b)) = (pick(&names, *from_file), pick(&names, *to_file)) else {
                     continue;
                 };
@@ -235,13 +341,19 @@ fn edit(disk: &FaultDisk, edits: &[Edit]) -> bool {
                 any = true;
             }
             Edit::Remove { file } => {
-                let Some(n) = pick(&names, *file) else { continue };
+                let Some(n) = pick(&names, *file) else {
+                    continue;
+                };
                 storage.remove(n).expect("remove a listed file");
                 any = true;
             }
             Edit::Rename { file, to } => {
-                let Some(n) = pick(&names, *file) else { continue };
-                storage.rename(n, &name_of(to)).expect("rename a listed file");
+                let Some(n) = pick(&names, *file) else {
+                    continue;
+                };
+                storage
+                    .rename(n, &name_of(to))
+                    .expect("rename a listed file");
                 any = true;
             }
             Edit::Create { name, len, bytes } => {
@@ -250,10 +362,13 @@ fn edit(disk: &FaultDisk, edits: &[Edit]) -> bool {
                     continue;
                 }
                 let len = u64::from(*len) % (EXTRA_FILE_BYTES_MAX + 1);
-                let file = storage.create(&name, len).expect("create on a healthy disk");
+                let file = storage
+                    .create(&name, len)
+                    .expect("create on a healthy disk");
                 let b = &bytes[..bytes.len().min(len as usize)];
                 file.write_at(0, b).expect("write inside the file");
-                file.sync_range(0, b.len() as u64).expect("sync on a healthy disk");
+                file.sync_range(0, b.len() as u64)
+                    .expect("sync on a healthy disk");
                 any = true;
             }
         }
@@ -268,8 +383,14 @@ fn read_all(wal: &Wal<FaultStorage>) -> Vec<Record> {
     for r in wal.iter_from(0) {
         let r = r.unwrap_or_else(|e| panic!("a recovered log reads back whole: {e}"));
         assert!(r.lsn >= first && r.lsn <= wal.last_lsn());
-        assert!(out.last().is_none_or(|p| p.lsn < r.lsn), "records come in LSN order");
-        assert!((1..=0xEF).contains(&r.record_type), "only user records are yielded");
+        assert!(
+            out.last().is_none_or(|p| p.lsn < r.lsn),
+            "records come in LSN order"
+        );
+        assert!(
+            (1..=0xEF).contains(&r.record_type),
+            "only user records are yielded"
+        );
         out.push(r);
     }
     out
@@ -305,27 +426,49 @@ fn run(input: Input) {
     let (wal, report) = match Wal::open(disk.storage(), opts.clone()) {
         Ok(x) => x,
         // Absolute mode refuses a torn tail too.
-        Err(Error::Corrupted { .. }) if edited || media_faults || (input.absolute && input.crash.is_some()) => return,
+        Err(Error::Corrupted { .. })
+            if edited || media_faults || (input.absolute && input.crash.is_some()) =>
+        {
+            return;
+        }
         Err(e) => panic!("recovery failed without damage to synced data: {e} ({e:?})"),
     };
     assert_eq!(wal.last_lsn(), report.last_lsn);
     assert_eq!(wal.first_lsn(), report.first_lsn);
     let records = read_all(&wal);
     let in_log = report.last_lsn + 1 - report.first_lsn;
-    assert_eq!(report.records, in_log, "recovery counts every record in the log");
-    assert_eq!(records.len() as u64, in_log - report.skipped_records, "every record reads back");
+    assert_eq!(
+        report.records, in_log,
+        "recovery counts every record in the log"
+    );
+    assert_eq!(
+        records.len() as u64,
+        in_log - report.skipped_records,
+        "every record reads back"
+    );
 
     if !edited {
         // No record is invented or altered: what came back is a prefix of what was written.
         assert_eq!(report.first_lsn, 1);
-        assert!(report.last_lsn <= written.records.len() as u64, "no record invented");
+        assert!(
+            report.last_lsn <= written.records.len() as u64,
+            "no record invented"
+        );
         for r in &records {
             let (t, f, b) = &written.records[(r.lsn - 1) as usize];
-            assert_eq!((r.record_type, r.flags, &r.body), (*t, *f, b), "record {} altered", r.lsn);
+            assert_eq!(
+                (r.record_type, r.flags, &r.body),
+                (*t, *f, b),
+                "record {} altered",
+                r.lsn
+            );
         }
         if !media_faults {
             // A power cut loses nothing acknowledged; a clean close loses nothing at all.
-            assert!(report.last_lsn >= written.acked, "acknowledged record lost: {report:?}");
+            assert!(
+                report.last_lsn >= written.acked,
+                "acknowledged record lost: {report:?}"
+            );
             if input.crash.is_none() {
                 assert_eq!(report.last_lsn, written.records.len() as u64);
                 assert!(report.torn_tail.is_none());
@@ -334,16 +477,24 @@ fn run(input: Input) {
     }
 
     // The recovered log takes appends, and a reopen finds exactly it again.
-    let lsn = wal.append(7, b"after recovery").expect("append after recovery");
+    let lsn = wal
+        .append(7, b"after recovery")
+        .expect("append after recovery");
     assert_eq!(lsn, report.last_lsn + 1);
-    let lsn2 = wal.append(8, &[0x5A; 900]).expect("a second append after recovery");
+    let lsn2 = wal
+        .append(8, &[0x5A; 900])
+        .expect("a second append after recovery");
     assert_eq!(lsn2, lsn + 1);
     let mut before = records;
     before.extend(read_all(&wal).into_iter().filter(|r| r.lsn >= lsn));
     assert_eq!(before.len(), read_all(&wal).len());
     wal.close().expect("close after recovery");
-    let (wal, again) = Wal::open(disk.storage(), opts).unwrap_or_else(|e| panic!("reopen after a good recovery: {e}"));
-    assert!(again.torn_tail.is_none(), "a second recovery finds nothing to cut: {again:?}");
+    let (wal, again) = Wal::open(disk.storage(), opts)
+        .unwrap_or_else(|e| panic!("reopen after a good recovery: {e}"));
+    assert!(
+        again.torn_tail.is_none(),
+        "a second recovery finds nothing to cut: {again:?}"
+    );
     assert_eq!(again.last_lsn, lsn2);
     assert_eq!(read_all(&wal), before, "a reopen finds the same records");
 }

@@ -47,7 +47,11 @@ fn header(bytes: &[u8], fix_crc: bool) {
     }
     let _ = format::raw_header_salt(&b);
     if let Ok(h) = format::decode_header(&b) {
-        assert_eq!(format::encode_header(&h), b, "a decoded header re-encodes identically");
+        assert_eq!(
+            format::encode_header(&h),
+            b,
+            "a decoded header re-encodes identically"
+        );
         assert_eq!(format::raw_header_salt(&b), h.salt);
     }
 }
@@ -58,7 +62,10 @@ fn record(bytes: &[u8], salt: u64, offset: u64, fix_crc: bool) {
     }
     let mut frame_buf = bytes.to_vec();
     let h = format::decode_record_header(&frame_buf);
-    assert_eq!(h.is_zero(), bytes[..RECORD_HEADER_BYTES].iter().all(|&b| b == 0));
+    assert_eq!(
+        h.is_zero(),
+        bytes[..RECORD_HEADER_BYTES].iter().all(|&b| b == 0)
+    );
     let frame_len = h.frame_bytes();
     assert!(frame_len >= RECORD_HEADER_BYTES as u64 && frame_len % RECORD_ALIGN as u64 == 0);
     assert!(h.vouched_lsn() <= h.lsn);
@@ -89,7 +96,13 @@ fn record(bytes: &[u8], salt: u64, offset: u64, fix_crc: bool) {
         durable_delta: h.durable_delta,
     };
     let mut out = Vec::new();
-    format::encode_record(&mut out, salt, offset, meta, &frame[RECORD_HEADER_BYTES..body_end]);
+    format::encode_record(
+        &mut out,
+        salt,
+        offset,
+        meta,
+        &frame[RECORD_HEADER_BYTES..body_end],
+    );
     assert_eq!(out.len(), frame_len);
     if frame[body_end..].iter().all(|&b| b == 0) {
         assert_eq!(out, frame, "a valid record re-encodes identically");
@@ -97,7 +110,10 @@ fn record(bytes: &[u8], salt: u64, offset: u64, fix_crc: bool) {
         // Padding is covered by the crc but not required to be zero (see the fuzz README):
         // everything but the padding and the crc must still match.
         assert_eq!(out[..RECORD_CRC_AT], frame[..RECORD_CRC_AT]);
-        assert_eq!(out[RECORD_CRC_AT + 4..body_end], frame[RECORD_CRC_AT + 4..body_end]);
+        assert_eq!(
+            out[RECORD_CRC_AT + 4..body_end],
+            frame[RECORD_CRC_AT + 4..body_end]
+        );
     }
 }
 
@@ -106,6 +122,10 @@ fn file_name(bytes: &[u8]) {
         return;
     };
     if let Some(id) = parse_segment_file_name(name) {
-        assert_eq!(segment_file_name(id), name, "a parsed segment name prints back identically");
+        assert_eq!(
+            segment_file_name(id),
+            name,
+            "a parsed segment name prints back identically"
+        );
     }
 }

@@ -102,10 +102,12 @@ impl<S: Storage> Engine<S> {
         });
         let weak = Arc::downgrade(&shared);
         shared.clock.on_advance(Arc::new(move || {
-            if let Some(s) = weak.upgrade() {
-                let _guard = s.lock_state();
-                s.wake.notify_all();
-            }
+            let Some(s) = weak.upgrade() else {
+                return false;
+            };
+            let _guard = s.lock_state();
+            s.wake.notify_all();
+            true
         }));
         let timer = if shared.config.timer_thread {
             let s = shared.clone();

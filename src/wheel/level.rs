@@ -52,9 +52,9 @@ const MINUTE_BASE: u32 = SECOND_BASE + (SECOND_SLOTS * SECOND_LANES) as u32;
 pub(crate) const OVERFLOW_ID: u32 = MINUTE_BASE + (MINUTE_SLOTS * MINUTE_LANES) as u32;
 
 // A ring is a whole number of periods of the tier above it, so that ring index and calendar agree.
-const _: () = assert!(MS_SLOTS as u64 % MS_PER_SECOND == 0);
-const _: () = assert!(SECOND_SLOTS % 60 == 0);
-const _: () = assert!(MINUTE_SLOTS % 60 == 0);
+const _: () = assert!((MS_SLOTS as u64).is_multiple_of(MS_PER_SECOND));
+const _: () = assert!(SECOND_SLOTS.is_multiple_of(60));
+const _: () = assert!(MINUTE_SLOTS.is_multiple_of(60));
 // Look-ahead needs room for the next period beside the current one.
 const _: () = assert!(MS_SLOTS as u64 >= 2 * MS_PER_SECOND);
 const _: () = assert!(SECOND_SLOTS >= 2 * 60);

@@ -24,7 +24,7 @@ const CHUNK_LEN: usize = 1 << CHUNK_BITS;
 const CHUNK_MASK: u32 = (CHUNK_LEN - 1) as u32;
 
 const _: () = assert!(NIL > HEAD && NIL != u32::MAX);
-const _: () = assert!(ENTRIES_MAX % CHUNK_LEN == 0);
+const _: () = assert!(ENTRIES_MAX.is_multiple_of(CHUNK_LEN));
 // The budget the issue sets: a timer with a `u64` value costs 32 bytes.
 const _: () = assert!(size_of::<Entry<u64>>() == 32);
 

@@ -81,8 +81,6 @@ pub struct Model {
 /// What a call returned, as the oracle sorts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// `Ok`.
-    Done,
     /// An error that promises nothing was written (`InvalidInput`, `NoSpace`, `Closed`).
     Refused,
     /// `Io` or `Poisoned`: it may or may not have happened.

@@ -20,11 +20,22 @@ pub const BATCH_JOBS_SIM_MAX: u64 = 64;
 pub const DUE_AHEAD_MS_SIM_MAX: u64 = 120 * DAY_MS;
 
 /// One job to schedule, with an absolute due time.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Spec {
     pub due_ms: u64,
     pub payload: Vec<u8>,
     pub binary: bool,
+}
+
+impl std::fmt::Debug for Spec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Traces show the payload's size only: its bytes are checked, not read.
+        write!(f, "due {} payload {}b", self.due_ms, self.payload.len())?;
+        if self.binary {
+            f.write_str(" binary")?;
+        }
+        Ok(())
+    }
 }
 
 /// One step of a run.
@@ -96,7 +107,12 @@ fn payload(rng: &mut SimRng) -> Vec<u8> {
     p
 }
 
-fn spec(rng: &mut SimRng, due_ms: u64) -> Spec {
+fn spec(rng: &mut SimRng, now_ms: u64) -> Spec {
+    let due_ms = due_ms(rng, now_ms);
+    spec_at(rng, due_ms)
+}
+
+fn spec_at(rng: &mut SimRng, due_ms: u64) -> Spec {
     Spec {
         due_ms,
         payload: payload(rng),
@@ -160,7 +176,7 @@ pub fn next(rng: &mut SimRng, v: &View<'_>) -> Op {
         4,  // crash
     ];
     match weighted(rng, &weights) {
-        0 => Op::Schedule(spec(rng, due_ms(rng, v.now_ms))),
+        0 => Op::Schedule(spec(rng, v.now_ms)),
         1 => {
             let n = match weighted(rng, &[3, 2, 1]) {
                 0 => rng.between(1, 4),
@@ -172,13 +188,13 @@ pub fn next(rng: &mut SimRng, v: &View<'_>) -> Op {
             let specs = (0..n)
                 .map(|_| {
                     let due = burst.unwrap_or_else(|| due_ms(rng, v.now_ms));
-                    spec(rng, due)
+                    spec_at(rng, due)
                 })
                 .collect();
             Op::ScheduleBatch(specs)
         }
         2 => {
-            let mut s = spec(rng, due_ms(rng, v.now_ms));
+            let mut s = spec(rng, v.now_ms);
             s.payload = vec![7; PAYLOAD_BYTES_MAX + 1];
             Op::ScheduleInvalid(s)
         }

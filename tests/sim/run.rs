@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use timewheel::{Claimed, Config, Engine, Error, JobId, JobSpec, ManualClock};
+use timewheel::{Claimed, Clock, Config, Engine, Error, JobId, JobSpec, ManualClock};
 use timewheel_wal::testing::{CrashOptions, FaultDisk, FaultStorage, SimRng, SyncFailure};
 
 use super::model::{Gone, Model, Outcome, Violation};
@@ -55,7 +55,6 @@ struct Live {
 }
 
 struct Sim {
-    seed: u64,
     rng: SimRng,
     disk: FaultDisk,
     clock: ManualClock,
@@ -80,7 +79,6 @@ pub fn run_seed(seed: u64, verbose: bool) -> Result<Report, Violation> {
     };
     let disk = FaultDisk::new(rng.next_u64());
     let mut sim = Sim {
-        seed,
         rng,
         disk,
         clock: ManualClock::new(T0_MS),
