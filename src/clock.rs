@@ -78,7 +78,9 @@ struct ManualInner {
 
 impl std::fmt::Debug for ManualClock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ManualClock").field("now_ms", &self.now_ms()).finish()
+        f.debug_struct("ManualClock")
+            .field("now_ms", &self.now_ms())
+            .finish()
     }
 }
 
@@ -104,7 +106,12 @@ impl ManualClock {
     }
 
     fn notify(&self) {
-        let hooks = self.inner.hooks.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let hooks = self
+            .inner
+            .hooks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let dead: Vec<_> = hooks.iter().filter(|hook| !hook()).cloned().collect();
         if !dead.is_empty() {
             let mut live = self.inner.hooks.lock().unwrap_or_else(|p| p.into_inner());
@@ -123,7 +130,11 @@ impl Clock for ManualClock {
     }
 
     fn on_advance(&self, hook: AdvanceHook) {
-        self.inner.hooks.lock().unwrap_or_else(|p| p.into_inner()).push(hook);
+        self.inner
+            .hooks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(hook);
     }
 }
 
@@ -159,7 +170,9 @@ mod tests {
         let c = SystemClock;
         let now = c.now_ms();
         assert_eq!(c.real_wait(now.saturating_sub(10)), Some(Duration::ZERO));
-        let w = c.real_wait(now + 50).expect("system clock always has a wait");
+        let w = c
+            .real_wait(now + 50)
+            .expect("system clock always has a wait");
         assert!(w <= Duration::from_millis(50) && w > Duration::from_millis(40));
     }
 

@@ -78,7 +78,13 @@ impl Stats {
         recovery: &RecoveryStats,
     ) -> Stats {
         let h = view.lateness_us;
-        let q = |p: f64| if h.is_empty() { 0 } else { h.value_at_quantile(p) };
+        let q = |p: f64| {
+            if h.is_empty() {
+                0
+            } else {
+                h.value_at_quantile(p)
+            }
+        };
         Stats {
             scheduled: view.scheduled,
             ready: view.ready,

@@ -32,15 +32,24 @@ fn invalid_requests_are_refused_and_write_nothing() {
 
     let too_big = vec![0u8; limits.payload_bytes_max + 1];
     let cases: Vec<(&str, timewheel::Result<_>)> = vec![
-        ("payload", engine.schedule(JobSpec::at(T0).payload(too_big.clone())).map(|_| ())),
+        (
+            "payload",
+            engine
+                .schedule(JobSpec::at(T0).payload(too_big.clone()))
+                .map(|_| ()),
+        ),
         (
             "due_ms",
-            engine.schedule(JobSpec::at(T0 + limits.due_ahead_ms_max + 1)).map(|_| ()),
+            engine
+                .schedule(JobSpec::at(T0 + limits.due_ahead_ms_max + 1))
+                .map(|_| ()),
         ),
         (
             "delay",
             engine
-                .schedule(JobSpec::after(Duration::from_millis(limits.due_ahead_ms_max + 1)))
+                .schedule(JobSpec::after(Duration::from_millis(
+                    limits.due_ahead_ms_max + 1,
+                )))
                 .map(|_| ()),
         ),
         (
@@ -73,7 +82,10 @@ fn an_oversized_failure_reason_is_refused() {
     let c = engine.claim(id).expect("claim").expect("ready");
     let before = disk_image(&disk);
     let reason = "x".repeat(config().fail_reason_bytes_max + 1);
-    assert!(matches!(engine.fail(&c, &reason), Err(Error::InvalidInput { .. })));
+    assert!(matches!(
+        engine.fail(&c, &reason),
+        Err(Error::InvalidInput { .. })
+    ));
     assert_eq!(disk_image(&disk), before);
     assert!(engine.fail(&c, "short").expect("a short reason is fine"));
 }
@@ -83,7 +95,11 @@ fn a_bad_config_is_refused_before_touching_the_disk() {
     let disk = FaultDisk::new(62);
     let mut cfg = config();
     cfg.segment_bytes = 4096;
-    let r = timewheel::Engine::open_on(disk.storage(), cfg, std::sync::Arc::new(ManualClock::new(T0)));
+    let r = timewheel::Engine::open_on(
+        disk.storage(),
+        cfg,
+        std::sync::Arc::new(ManualClock::new(T0)),
+    );
     assert!(matches!(r, Err(Error::InvalidInput { .. })));
     assert!(disk.live_names().is_empty());
 }

@@ -18,7 +18,10 @@ fn cancelled_while_in_the_ready_queue_claim_returns_none() {
     assert_eq!(engine.get(id).map(|j| j.state), Some(JobState::Ready));
     assert!(engine.cancel(id).expect("cancel"));
     assert_eq!(engine.claim(id).expect("claim"), None);
-    assert!(!engine.cancel(id).expect("second cancel"), "already cancelled");
+    assert!(
+        !engine.cancel(id).expect("second cancel"),
+        "already cancelled"
+    );
     assert_eq!(engine.stats().cancelled, 1);
 }
 
@@ -45,7 +48,11 @@ fn rescheduled_while_queued_fires_again_at_the_new_time() {
     let id = engine.schedule(JobSpec::at(T0)).expect("scheduled");
     assert_eq!(fire(&engine), vec![id]);
     assert!(engine.reschedule(id, T0 + 1_000).expect("reschedule"));
-    assert_eq!(engine.claim(id).expect("claim"), None, "the queued id is stale");
+    assert_eq!(
+        engine.claim(id).expect("claim"),
+        None,
+        "the queued id is stale"
+    );
     clock.set(T0 + 999);
     assert!(fire(&engine).is_empty());
     clock.set(T0 + 1_000);

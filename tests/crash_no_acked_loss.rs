@@ -28,10 +28,16 @@ fn run_seed(seed: u64) {
         let engine = open_sim(&disk, &clock);
         // What recovery brought back: every acked job, perhaps some unacked ones.
         for (id, e) in &acked {
-            let info = engine.get(*id).unwrap_or_else(|| panic!("seed {seed}: acked job {id} lost"));
+            let info = engine
+                .get(*id)
+                .unwrap_or_else(|| panic!("seed {seed}: acked job {id} lost"));
             assert_eq!(info.due_ms, e.due_ms, "seed {seed}: job {id} due");
         }
-        let survivors: Vec<JobId> = maybe.keys().copied().filter(|id| engine.get(*id).is_some()).collect();
+        let survivors: Vec<JobId> = maybe
+            .keys()
+            .copied()
+            .filter(|id| engine.get(*id).is_some())
+            .collect();
         for id in survivors {
             let e = maybe.remove(&id).expect("listed");
             acked.insert(id, e);
@@ -52,18 +58,30 @@ fn run_seed(seed: u64) {
                     let specs: Vec<_> = (0..n).map(|i| JobSpec::at(T0 + 2_000 + i)).collect();
                     let (ids, _lsn) = engine.schedule_batch_nowait(specs).expect("nowait");
                     for (i, id) in ids.into_iter().enumerate() {
-                        let e = Expect { due_ms: T0 + 2_000 + i as u64, payload: Vec::new() };
+                        let e = Expect {
+                            due_ms: T0 + 2_000 + i as u64,
+                            payload: Vec::new(),
+                        };
                         maybe.insert(id, e);
                     }
                 }
                 6 | 7 => {
-                    if let Some((&id, _)) = acked.iter().nth(rng.below(acked.len().max(1) as u64) as usize) {
-                        assert!(engine.cancel(id).expect("cancel"), "seed {seed}: cancel {id}");
+                    if let Some((&id, _)) = acked
+                        .iter()
+                        .nth(rng.below(acked.len().max(1) as u64) as usize)
+                    {
+                        assert!(
+                            engine.cancel(id).expect("cancel"),
+                            "seed {seed}: cancel {id}"
+                        );
                         acked.remove(&id);
                     }
                 }
                 _ => {
-                    if let Some((&id, _)) = acked.iter().nth(rng.below(acked.len().max(1) as u64) as usize) {
+                    if let Some((&id, _)) = acked
+                        .iter()
+                        .nth(rng.below(acked.len().max(1) as u64) as usize)
+                    {
                         let due = T0 + rng.below(500);
                         assert!(engine.reschedule(id, due).expect("reschedule"));
                         acked.get_mut(&id).expect("acked").due_ms = due;
@@ -84,9 +102,16 @@ fn run_seed(seed: u64) {
     clock.set(T0 + 1_000_000);
     let fired = fire(&engine);
     for (id, e) in &acked {
-        assert!(fired.contains(id), "seed {seed}: acked job {id} did not fire");
+        assert!(
+            fired.contains(id),
+            "seed {seed}: acked job {id} did not fire"
+        );
         let c = engine.claim(*id).expect("claim").expect("ready");
-        assert_eq!(&c.payload[..], &e.payload[..], "seed {seed}: payload of {id}");
+        assert_eq!(
+            &c.payload[..],
+            &e.payload[..],
+            "seed {seed}: payload of {id}"
+        );
     }
 }
 
@@ -103,7 +128,9 @@ fn damage_to_synced_data_is_reported_not_dropped() {
     let clock = ManualClock::new(T0);
     let engine = open_sim(&disk, &clock);
     for i in 0..50 {
-        engine.schedule(JobSpec::at(T0 + i).payload("x")).expect("ok");
+        engine
+            .schedule(JobSpec::at(T0 + i).payload("x"))
+            .expect("ok");
     }
     engine.abandon();
     let name = disk.durable_names().into_iter().next().expect("a segment");

@@ -16,7 +16,14 @@ fn jobs_fire_in_due_order_and_never_early() {
     let clock = ManualClock::new(T0);
     let engine = open_sim(&disk, &clock);
     // Scheduled out of order, with ties and one in the past.
-    let dues = [T0 + 500, T0 + 5, T0 + 3_600_000, T0 + 5, T0 - 1000, T0 + 61_000];
+    let dues = [
+        T0 + 500,
+        T0 + 5,
+        T0 + 3_600_000,
+        T0 + 5,
+        T0 - 1000,
+        T0 + 61_000,
+    ];
     let ids: Vec<_> = dues
         .iter()
         .map(|&d| engine.schedule(JobSpec::at(d)).expect("scheduled"))
@@ -51,10 +58,15 @@ fn the_timer_thread_wakes_for_an_earlier_job_and_a_moved_clock() {
     let mut cfg = config();
     cfg.timer_thread = true;
     let engine = Engine::open_on(disk.storage(), cfg, Arc::new(clock.clone())).expect("opens");
-    let late = engine.schedule(JobSpec::at(T0 + 10_000)).expect("scheduled");
+    let late = engine
+        .schedule(JobSpec::at(T0 + 10_000))
+        .expect("scheduled");
     let early = engine.schedule(JobSpec::at(T0 + 10)).expect("scheduled");
     std::thread::sleep(Duration::from_millis(20));
-    assert!(engine.ready().try_recv().is_err(), "nothing fires before its time");
+    assert!(
+        engine.ready().try_recv().is_err(),
+        "nothing fires before its time"
+    );
     clock.advance(10);
     assert_eq!(recv_n(&engine, 1), vec![early]);
     clock.advance(10_000);
@@ -73,6 +85,10 @@ fn time_going_backwards_holds() {
     // but nothing already fired comes back.
     clock.set(T0 + 50);
     let b = engine.schedule(JobSpec::at(T0 + 80)).expect("scheduled");
-    assert_eq!(fire(&engine), vec![b], "held at the highest time seen (T0+100)");
+    assert_eq!(
+        fire(&engine),
+        vec![b],
+        "held at the highest time seen (T0+100)"
+    );
     assert!(fire(&engine).is_empty());
 }

@@ -23,7 +23,10 @@ use timewheel_wal::testing::SimRng;
 const GUARD: Duration = Duration::from_secs(30);
 
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_millis() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as u64
 }
 
 /// What the client was told: the oracle.
@@ -45,14 +48,21 @@ struct Oracle {
 
 impl Oracle {
     fn on_event(&mut self, ev: &Value) {
-        let id: u64 = ev["id"].as_str().and_then(|s| s.parse().ok()).expect("event id");
+        let id: u64 = ev["id"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .expect("event id");
         let due = ev["due_ms"].as_u64().expect("due_ms");
         let fired_ms = ev["fired_ms"].as_u64().expect("fired_ms");
         if fired_ms < due {
-            self.violations.push(format!("job {id} fired at {fired_ms}, before its due {due}"));
+            self.violations.push(format!(
+                "job {id} fired at {fired_ms}, before its due {due}"
+            ));
         }
         if self.finished.contains(&id) {
-            self.violations.push(format!("job {id} fired after its cancel/complete was acked"));
+            self.violations.push(format!(
+                "job {id} fired after its cancel/complete was acked"
+            ));
         }
         self.fired.insert(id);
     }
@@ -76,7 +86,10 @@ struct Sidecar {
 impl Sidecar {
     fn start(dir: &Path, auto_complete: bool) -> Sidecar {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_timewheel"));
-        cmd.arg("serve").arg("--dir").arg(dir).args(["--lease-ms", "60000"]);
+        cmd.arg("serve")
+            .arg("--dir")
+            .arg(dir)
+            .args(["--lease-ms", "60000"]);
         if auto_complete {
             cmd.arg("--auto-complete");
         }
@@ -97,7 +110,11 @@ impl Sidecar {
             }
         });
         let stdin = child.stdin.take().expect("stdin");
-        Sidecar { child, stdin, lines }
+        Sidecar {
+            child,
+            stdin,
+            lines,
+        }
     }
 
     /// Sends a request and waits for its reply, feeding events to the oracle. `None` when the
@@ -105,7 +122,12 @@ impl Sidecar {
     fn call(&mut self, oracle: &mut Oracle, mut req: Value, tag: u64) -> Option<Value> {
         req["req"] = json!(tag);
         let line = format!("{req}\n");
-        if self.stdin.write_all(line.as_bytes()).and_then(|()| self.stdin.flush()).is_err() {
+        if self
+            .stdin
+            .write_all(line.as_bytes())
+            .and_then(|()| self.stdin.flush())
+            .is_err()
+        {
             return None;
         }
         let deadline = Instant::now() + GUARD;
@@ -133,7 +155,10 @@ impl Sidecar {
 }
 
 fn id_of(v: &Value) -> u64 {
-    v["id"].as_str().and_then(|s| s.parse().ok()).expect("a decimal-string id")
+    v["id"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("a decimal-string id")
 }
 
 /// One life of the sidecar: random requests until a SIGKILL at a random moment.
@@ -143,7 +168,10 @@ fn life(dir: &Path, rng: &mut SimRng, oracle: &mut Oracle, tag: &mut u64) {
     let kill_after = Duration::from_millis(rng.below(400));
     let killer = std::thread::spawn(move || {
         std::thread::sleep(kill_after);
-        Command::new("kill").args(["-9", &pid.to_string()]).status().ok();
+        Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .ok();
     });
     let mut held: Vec<u64> = Vec::new(); // fired in this life, not yet completed
     loop {
@@ -160,13 +188,21 @@ fn life(dir: &Path, rng: &mut SimRng, oracle: &mut Oracle, tag: &mut u64) {
             json!({"op": "cancel", "id": id.to_string()})
         } else {
             held.retain(|id| !oracle.finished.contains(id));
-            let fired_now: Vec<u64> = oracle.fired.iter().copied().filter(|id| !oracle.finished.contains(id)).collect();
+            let fired_now: Vec<u64> = oracle
+                .fired
+                .iter()
+                .copied()
+                .filter(|id| !oracle.finished.contains(id))
+                .collect();
             held.extend(fired_now);
             let Some(&id) = held.first() else { continue };
             json!({"op": "complete", "id": id.to_string()})
         };
         let kind = req["op"].as_str().expect("op").to_owned();
-        let target = req.get("id").and_then(|v| v.as_str()).and_then(|s| s.parse::<u64>().ok());
+        let target = req
+            .get("id")
+            .and_then(|v| v.as_str())
+            .and_then(|s| s.parse::<u64>().ok());
         let Some(reply) = sc.call(oracle, req.clone(), *tag) else {
             // Killed: this request's outcome is unknown.
             if let Some(id) = target {
@@ -181,7 +217,9 @@ fn life(dir: &Path, rng: &mut SimRng, oracle: &mut Oracle, tag: &mut u64) {
                 if !oracle.ids.insert(id) {
                     oracle.violations.push(format!("id {id} handed out twice"));
                 }
-                oracle.scheduled.insert(id, req["due_ms"].as_u64().expect("due"));
+                oracle
+                    .scheduled
+                    .insert(id, req["due_ms"].as_u64().expect("due"));
             }
             "cancel" => {
                 if reply["cancelled"] == json!(true) {
@@ -201,7 +239,8 @@ fn life(dir: &Path, rng: &mut SimRng, oracle: &mut Oracle, tag: &mut u64) {
 }
 
 fn run_campaign(seed: u64, rounds: u64) {
-    let dir: PathBuf = std::env::temp_dir().join(format!("timewheel-kill9-{}-{seed}", std::process::id()));
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("timewheel-kill9-{}-{seed}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut rng = SimRng::new(seed);
     let mut oracle = Oracle::default();
@@ -237,7 +276,9 @@ fn run_campaign(seed: u64, rounds: u64) {
     sc.child.wait().ok();
     let missing: Vec<_> = owed.difference(&fired_last).collect();
     if !missing.is_empty() {
-        oracle.violations.push(format!("acknowledged jobs never fired after restart: {missing:?}"));
+        oracle.violations.push(format!(
+            "acknowledged jobs never fired after restart: {missing:?}"
+        ));
     }
     let _ = std::fs::remove_dir_all(&dir);
     assert!(
@@ -254,7 +295,13 @@ fn run_campaign(seed: u64, rounds: u64) {
 
 #[test]
 fn acknowledged_jobs_survive_sigkill_at_random_moments() {
-    let rounds = std::env::var("KILL_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
-    let seed = std::env::var("KILL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(7);
+    let rounds = std::env::var("KILL_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    let seed = std::env::var("KILL_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(7);
     run_campaign(seed, rounds);
 }

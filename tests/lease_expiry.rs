@@ -15,7 +15,9 @@ fn an_expired_lease_redelivers_with_the_next_attempt() {
     let mut cfg = config();
     cfg.lease_ms = 1_000;
     let engine = Engine::open_on(disk.storage(), cfg, Arc::new(clock.clone())).expect("opens");
-    let id = engine.schedule(JobSpec::at(T0).payload("p")).expect("scheduled");
+    let id = engine
+        .schedule(JobSpec::at(T0).payload("p"))
+        .expect("scheduled");
     assert_eq!(fire(&engine), vec![id]);
     let first = engine.claim(id).expect("claim").expect("ready");
     assert_eq!((first.attempt, first.lease_until_ms), (1, T0 + 1_000));
@@ -23,7 +25,11 @@ fn an_expired_lease_redelivers_with_the_next_attempt() {
     clock.set(T0 + 999);
     assert!(fire(&engine).is_empty(), "the lease still holds");
     clock.set(T0 + 1_000);
-    assert_eq!(fire(&engine), vec![id], "redelivered when the lease runs out");
+    assert_eq!(
+        fire(&engine),
+        vec![id],
+        "redelivered when the lease runs out"
+    );
     let second = engine.claim(id).expect("claim").expect("ready again");
     assert_eq!(second.attempt, 2);
     assert_eq!(&second.payload[..], b"p");
@@ -31,7 +37,10 @@ fn an_expired_lease_redelivers_with_the_next_attempt() {
     assert!(!engine.complete(&first).expect("stale complete"), "fenced");
     assert!(engine.complete(&second).expect("complete"));
     clock.set(T0 + 10_000);
-    assert!(fire(&engine).is_empty(), "a completed job never fires again");
+    assert!(
+        fire(&engine).is_empty(),
+        "a completed job never fires again"
+    );
     assert_eq!(engine.stats().redelivered, 1);
 }
 

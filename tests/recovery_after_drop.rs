@@ -13,7 +13,9 @@ fn every_acknowledged_change_survives_an_abandoned_engine() {
     let disk = FaultDisk::new(30);
     let clock = ManualClock::new(T0);
     let engine = open_sim(&disk, &clock);
-    let pending = engine.schedule(JobSpec::at(T0 + 5_000).payload("later")).expect("ok");
+    let pending = engine
+        .schedule(JobSpec::at(T0 + 5_000).payload("later"))
+        .expect("ok");
     let cancelled = engine.schedule(JobSpec::at(T0 + 5_000)).expect("ok");
     let completed = engine.schedule(JobSpec::at(T0)).expect("ok");
     let interrupted = engine.schedule(JobSpec::at(T0)).expect("ok");
@@ -37,9 +39,16 @@ fn every_acknowledged_change_survives_an_abandoned_engine() {
     assert_eq!((rec.jobs, rec.interrupted), (3, 1));
     assert_eq!(engine.get(completed), None);
     assert_eq!(engine.get(cancelled), None);
-    assert_eq!(engine.get(pending).map(|j| j.state), Some(JobState::Scheduled));
+    assert_eq!(
+        engine.get(pending).map(|j| j.state),
+        Some(JobState::Scheduled)
+    );
     assert_eq!(engine.get(moved).map(|j| j.due_ms), Some(T0 + 9_000));
-    assert_eq!(fire(&engine), vec![interrupted], "the interrupted job fires at once");
+    assert_eq!(
+        fire(&engine),
+        vec![interrupted],
+        "the interrupted job fires at once"
+    );
     let again = engine.claim(interrupted).expect("claim").expect("ready");
     assert_eq!(again.attempt, 2, "delivered again with attempt + 1");
     assert!(engine.complete(&again).expect("complete"));
@@ -54,7 +63,10 @@ fn every_acknowledged_change_survives_an_abandoned_engine() {
     let m = engine.claim(moved).expect("claim").expect("ready");
     assert!(engine.complete(&m).expect("complete"));
     clock.set(T0 + 100_000);
-    assert!(fire(&engine).is_empty(), "cancelled and completed jobs never fire");
+    assert!(
+        fire(&engine).is_empty(),
+        "cancelled and completed jobs never fire"
+    );
     let stats = engine.stats();
     assert_eq!((stats.completed, stats.cancelled), (4, 1));
 }

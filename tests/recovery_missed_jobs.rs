@@ -14,7 +14,9 @@ fn missed_jobs_fire_at_once_in_due_order_after_downtime() {
     let engine = open_sim(&disk, &clock);
     let hour = 3_600_000;
     // Dues over three hours, scheduled in scrambled order.
-    let mut dues: Vec<u64> = (0..300u64).map(|i| T0 + 1 + (i * 7919) % (3 * hour)).collect();
+    let mut dues: Vec<u64> = (0..300u64)
+        .map(|i| T0 + 1 + (i * 7919) % (3 * hour))
+        .collect();
     let ids = engine
         .schedule_batch(dues.iter().map(|&d| JobSpec::at(d)))
         .expect("scheduled");

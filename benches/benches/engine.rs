@@ -42,7 +42,11 @@ fn main() {
         }
     };
     let root = bench_dir();
-    println!("# timewheel engine benchmarks ({} run), data under {}", if quick { "quick" } else { "full" }, root.display());
+    println!(
+        "# timewheel engine benchmarks ({} run), data under {}",
+        if quick { "quick" } else { "full" },
+        root.display()
+    );
     batch_schedule(&root, &sizes);
     single_schedule(&root, &sizes);
     lateness(&root, &sizes);
@@ -68,7 +72,10 @@ fn now_ms() -> u64 {
 }
 
 fn batch_schedule(root: &Path, s: &Sizes) {
-    println!("\n## Durable batch schedule ({} jobs, 16-byte payloads, Sync)", s.batch_jobs);
+    println!(
+        "\n## Durable batch schedule ({} jobs, 16-byte payloads, Sync)",
+        s.batch_jobs
+    );
     println!("| system | batch | jobs/s |");
     println!("|---|---|---|");
     for batch in [1_000u64, 10_000] {
@@ -99,7 +106,10 @@ fn batch_schedule(root: &Path, s: &Sizes) {
 }
 
 fn single_schedule(root: &Path, s: &Sizes) {
-    println!("\n## Single durable schedule calls ({:.0} s per row, Sync, group commit)", s.single_secs);
+    println!(
+        "\n## Single durable schedule calls ({:.0} s per row, Sync, group commit)",
+        s.single_secs
+    );
     println!("| system | threads | calls/s |");
     println!("|---|---|---|");
     for threads in [1usize, 8, 64] {
@@ -112,7 +122,9 @@ fn single_schedule(root: &Path, s: &Sizes) {
                 let (engine, stop, count) = (engine.clone(), stop.clone(), count.clone());
                 std::thread::spawn(move || {
                     while !stop.load(Ordering::Relaxed) {
-                        engine.schedule(JobSpec::at(due).payload([1u8; 16])).expect("schedule");
+                        engine
+                            .schedule(JobSpec::at(due).payload([1u8; 16]))
+                            .expect("schedule");
                         count.fetch_add(1, Ordering::Relaxed);
                     }
                 })
@@ -126,7 +138,10 @@ fn single_schedule(root: &Path, s: &Sizes) {
         }
         let rate = count.load(Ordering::Relaxed) as f64 / t.elapsed().as_secs_f64();
         println!("| timewheel schedule | {threads} | {rate:.0} |");
-        Arc::into_inner(engine).expect("joined").close().expect("close");
+        Arc::into_inner(engine)
+            .expect("joined")
+            .close()
+            .expect("close");
     }
     match peers::sqlite_single(&fresh(root, "sqlite1"), s.single_secs) {
         Ok(r) => println!("| SQLite, 1 row per transaction | 1 | {r:.0} |"),
@@ -166,7 +181,9 @@ fn lateness(root: &Path, s: &Sizes) {
                 let ready = engine.ready();
                 let mut batch = Vec::new();
                 while done.load(Ordering::Relaxed) < n {
-                    let Ok(id) = ready.recv_timeout(Duration::from_millis(100)) else { continue };
+                    let Ok(id) = ready.recv_timeout(Duration::from_millis(100)) else {
+                        continue;
+                    };
                     for id in std::iter::once(id).chain(ready.try_iter().take(4095)) {
                         if let Some(c) = engine.claim(id).expect("claim") {
                             if now_ms() < c.due_ms {
@@ -194,7 +211,10 @@ fn lateness(root: &Path, s: &Sizes) {
     println!("| lateness p99.9 | {} us |", st.lateness_us_p999);
     println!("| lateness max | {} us |", st.lateness_us_max);
     println!("| fired early | {} |", early.load(Ordering::Relaxed));
-    Arc::into_inner(engine).expect("joined").close().expect("close");
+    Arc::into_inner(engine)
+        .expect("joined")
+        .close()
+        .expect("close");
 }
 
 fn recovery(root: &Path, s: &Sizes) {
@@ -220,7 +240,13 @@ fn recovery(root: &Path, s: &Sizes) {
     println!("|---|---|");
     println!("| records replayed | {} |", rec.records);
     println!("| log bytes scanned | {} MiB |", rec.bytes >> 20);
-    println!("| open (lock + scan + replay + rebuild wheel) | {:.0} ms |", elapsed.as_secs_f64() * 1e3);
-    println!("| records/s | {:.2} M |", rec.records as f64 / elapsed.as_secs_f64() / 1e6);
+    println!(
+        "| open (lock + scan + replay + rebuild wheel) | {:.0} ms |",
+        elapsed.as_secs_f64() * 1e3
+    );
+    println!(
+        "| records/s | {:.2} M |",
+        rec.records as f64 / elapsed.as_secs_f64() / 1e6
+    );
     engine.close().expect("close");
 }

@@ -241,12 +241,10 @@ impl<T: Timers> Timers for Timed<T> {
         record(&mut self.pauses.poll, t);
         fired
     }
-    fn tick(&mut self, now_ms: u64) -> impl Future<Output = ()> {
-        async move {
-            let t = Instant::now();
-            self.inner.tick(now_ms).await;
-            record(&mut self.pauses.tick, t);
-        }
+    async fn tick(&mut self, now_ms: u64) {
+        let t = Instant::now();
+        self.inner.tick(now_ms).await;
+        record(&mut self.pauses.tick, t);
     }
     fn reset_pauses(&mut self) {
         self.pauses = Pauses::default();

@@ -78,14 +78,12 @@ impl<S: Storage> Engine<S> {
                 .expect("validated"),
             durability: config.durability,
             recovery_mode: config.recovery_mode,
-            ..WalOptions::default()
         };
         let (wal, report) = Wal::open(storage, options)?;
         let (ready_tx, ready_rx) = crossbeam_channel::unbounded();
         let empty_payload: Arc<[u8]> = Arc::from(&[][..]);
         let now_ms = clock.now_ms();
-        let (state, next_id, recovery) =
-            recovery::replay(&wal, &report, now_ms, &empty_payload)?;
+        let (state, next_id, recovery) = recovery::replay(&wal, &report, now_ms, &empty_payload)?;
         let shared = Arc::new(Shared {
             wal,
             state: Mutex::new(state),
@@ -212,7 +210,12 @@ impl<S: Storage> Engine<S> {
     /// Cancels a job that has not started. Returns `false` for an unknown, running or finished
     /// job. A job already in the ready queue is cancelled too: its `claim` returns `None`.
     pub fn cancel(&self, id: JobId) -> Result<bool> {
-        self.change(id, Event::Cancel { id }, |s| s.can_cancel(id), |s| s.cancel(id))
+        self.change(
+            id,
+            Event::Cancel { id },
+            |s| s.can_cancel(id),
+            |s| s.cancel(id),
+        )
     }
 
     /// Moves a job that has not started to a new due time. Returns `false` for an unknown,
@@ -497,10 +500,10 @@ impl<S: Storage> Engine<S> {
 
 impl<S: Storage> Drop for Engine<S> {
     fn drop(&mut self) {
-        if !self.shared.stopping.load(Ordering::Acquire) {
-            if let Err(e) = self.shutdown() {
-                tracing::warn!(error = %e, "closing the engine on drop failed");
-            }
+        if !self.shared.stopping.load(Ordering::Acquire)
+            && let Err(e) = self.shutdown()
+        {
+            tracing::warn!(error = %e, "closing the engine on drop failed");
         }
     }
 }
@@ -508,7 +511,9 @@ impl<S: Storage> Drop for Engine<S> {
 impl<S: Storage> Shared<S> {
     fn lock_state(&self) -> MutexGuard<'_, State> {
         // A panic under the lock broke an invariant; the state can not be trusted.
-        self.state.lock().expect("engine state lock poisoned by a panic")
+        self.state
+            .lock()
+            .expect("engine state lock poisoned by a panic")
     }
 
     fn check_open(&self) -> Result<()> {

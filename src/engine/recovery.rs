@@ -15,12 +15,12 @@ use timewheel_wal::storage::Storage;
 use timewheel_wal::{RecoveryReport, Wal};
 
 use super::state::{IdHasher, State};
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 use crate::error::{Error, Result};
 use crate::job::JobId;
 use crate::record::{Event, FLAG_BINARY_PAYLOAD};
 use crate::stats::RecoveryStats;
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 
 type ReplayMap = HashMap<JobId, Replayed, BuildHasherDefault<IdHasher>>;
 
@@ -51,7 +51,8 @@ pub(super) fn replay<S: Storage>(
             lsn: record.lsn,
             reason,
         };
-        let event = Event::decode(record.record_type, &record.body).map_err(|e| bad(e.to_string()))?;
+        let event =
+            Event::decode(record.record_type, &record.body).map_err(|e| bad(e.to_string()))?;
         let id = event.id();
         match event {
             Event::Schedule(s) => {
@@ -73,7 +74,8 @@ pub(super) fn replay<S: Storage>(
                 }
             }
             Event::Cancel { .. } => {
-                live.remove(&id).ok_or_else(|| bad(format!("cancel of unknown job {id}")))?;
+                live.remove(&id)
+                    .ok_or_else(|| bad(format!("cancel of unknown job {id}")))?;
                 state_counters.cancelled += 1;
             }
             Event::Reschedule { due_ms, .. } => {
@@ -90,7 +92,8 @@ pub(super) fn replay<S: Storage>(
                 job.claimed = true;
             }
             Event::Complete { .. } | Event::Fail { .. } => {
-                live.remove(&id).ok_or_else(|| bad(format!("finish of unknown job {id}")))?;
+                live.remove(&id)
+                    .ok_or_else(|| bad(format!("finish of unknown job {id}")))?;
                 if matches!(event, Event::Complete { .. }) {
                     state_counters.completed += 1;
                 } else {

@@ -163,7 +163,10 @@ impl State {
 
     /// Gives a waiting or queued job a new due time.
     pub fn reschedule(&mut self, id: JobId, due_ms: u64) {
-        assert!(self.can_reschedule(id), "reschedule of job {id} checked first");
+        assert!(
+            self.can_reschedule(id),
+            "reschedule of job {id} checked first"
+        );
         let job = self.jobs.get_mut(&id).expect("checked");
         job.due_ms = due_ms;
         match job.timer {
@@ -214,7 +217,10 @@ impl State {
 
     /// Finishes a job (completed or failed).
     pub fn finish(&mut self, id: JobId, attempt: u32, completed: bool) {
-        assert!(self.can_finish(id, attempt), "finish of job {id} checked first");
+        assert!(
+            self.can_finish(id, attempt),
+            "finish of job {id} checked first"
+        );
         let job = self.jobs.remove(&id).expect("checked");
         if let Some(key) = job.timer {
             let wheel = match job.state {

@@ -76,6 +76,11 @@ pub const CASCADE_PER_POLL_MAX: usize = 1024;
 
 const _: () = assert!(CASCADE_PER_POLL_MAX > 0);
 
+/// The start of the second after the one holding `ms`, or `u64::MAX` in the last second.
+fn next_second_ms(ms: u64) -> u64 {
+    (ms / MS_PER_SECOND + 1).saturating_mul(MS_PER_SECOND)
+}
+
 /// The hour bucket of a due time: hours since the Unix epoch, the number that also names the
 /// bucket's segment on disk.
 pub fn hour_bucket(due_ms: u64) -> u64 {
@@ -131,6 +136,11 @@ pub struct TimingWheel<T> {
     now_ms: u64,
     /// No pending timer is effectively due before this; lets an idle `poll` return at once.
     bound_ms: u64,
+    /// The start of the second after the wheel's time: an idle poll before it only stores
+    /// the time.
+    next_second_ms: u64,
+    /// Whether the next second or minute may still hold timers to cascade ahead of time.
+    look_ahead_pending: bool,
     stats: WorkStats,
 }
 
@@ -151,6 +161,8 @@ impl<T> TimingWheel<T> {
             overflow: BTreeMap::new(),
             now_ms,
             bound_ms: u64::MAX,
+            next_second_ms: next_second_ms(now_ms),
+            look_ahead_pending: false,
             stats: WorkStats::default(),
         }
     }
@@ -257,8 +269,10 @@ impl<T> TimingWheel<T> {
         if now_ms < self.bound_ms {
             // Nothing is due: only move the wheel's time (if the clock did not go back) and
             // use the idle call to cascade the next second and minute ahead of time.
-            if now_ms > self.now_ms {
+            if now_ms >= self.next_second_ms {
                 self.advance(now_ms);
+            } else if now_ms > self.now_ms {
+                self.now_ms = now_ms;
             }
             self.look_ahead();
             return None;
@@ -340,6 +354,10 @@ impl<T> TimingWheel<T> {
             self.cascade(Tier::Minute, slot, usize::MAX);
         }
         if new_second != second {
+            self.next_second_ms = next_second_ms(to_ms);
+            // Only a new second (or minute) brings new timers to cascade ahead of time: inserts
+            // never go to the look-ahead slots, which are cascaded into finer rings.
+            self.look_ahead_pending = true;
             let slot = slot_for(Tier::Second, to_ms) as usize;
             self.cascade(Tier::Second, slot, usize::MAX);
         }
@@ -348,12 +366,17 @@ impl<T> TimingWheel<T> {
     /// Cascades part of the next second (second ring to ms ring) and, with what is left of the
     /// budget, of the next minute (minute ring to second ring), so that the boundary finds
     /// them done.
+    #[inline]
     fn look_ahead(&mut self) {
+        if !self.look_ahead_pending {
+            return;
+        }
         let next_second = slot_for(Tier::Second, self.now_ms.saturating_add(MS_PER_SECOND));
         let next_minute = slot_for(Tier::Minute, self.now_ms.saturating_add(MS_PER_MINUTE));
         if self.seconds.is_empty_slot(next_second as usize)
             && self.minutes.is_empty_slot(next_minute as usize)
         {
+            self.look_ahead_pending = false;
             return;
         }
         let moved = self.cascade(Tier::Second, next_second as usize, CASCADE_PER_POLL_MAX);

@@ -73,10 +73,16 @@ pub struct Model {
     pub max_returned_id: u64,
     /// The highest clock reading ever set: nothing may fire with a later due time.
     pub max_clock_ms: u64,
-    /// The jobs the last acknowledged change touched: with media corruption, the one record
-    /// nothing vouches for (see `run.rs`).
-    pub last_acked: Vec<u64>,
+    /// The jobs of the latest durable changes, one entry per call (or per recovery that made
+    /// unacknowledged records durable), newest last, at most `RECENT_UNITS_MAX`. Media
+    /// corruption can lose these silently (see `run.rs`).
+    pub recent_units: Vec<Vec<u64>>,
+    /// The jobs the current call changed, acknowledged; becomes a unit when the call is done.
+    pub unit: Vec<u64>,
 }
+
+/// How many recent durable changes the oracle remembers.
+pub const RECENT_UNITS_MAX: usize = 4;
 
 /// What a call returned, as the oracle sorts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +99,28 @@ impl Model {
             max_clock_ms: start_ms,
             ..Model::default()
         }
+    }
+
+    /// Ends the current call's unit of durable change.
+    pub fn close_unit(&mut self) {
+        if self.unit.is_empty() {
+            return;
+        }
+        if self.recent_units.len() == RECENT_UNITS_MAX {
+            self.recent_units.remove(0);
+        }
+        let unit = std::mem::take(&mut self.unit);
+        self.recent_units.push(unit);
+    }
+
+    /// The jobs of the newest `n` units.
+    pub fn recent_ids(&self, n: usize) -> BTreeSet<u64> {
+        let skip = self.recent_units.len().saturating_sub(n);
+        self.recent_units[skip..]
+            .iter()
+            .flatten()
+            .copied()
+            .collect()
     }
 
     /// One past the highest id that could exist.
@@ -113,7 +141,11 @@ impl Model {
         specs: &[super::ops::Spec],
     ) -> Result<(), Violation> {
         if ids.len() != specs.len() {
-            return violation!("schedule of {} jobs returned {} ids", specs.len(), ids.len());
+            return violation!(
+                "schedule of {} jobs returned {} ids",
+                specs.len(),
+                ids.len()
+            );
         }
         for (id, spec) in ids.iter().zip(specs) {
             if let Some(old) = self.jobs.get(&id.0) {
@@ -135,7 +167,7 @@ impl Model {
                 },
             );
         }
-        self.last_acked = ids.iter().map(|id| id.0).collect();
+        self.unit.extend(ids.iter().map(|id| id.0));
         Ok(())
     }
 
@@ -164,14 +196,18 @@ impl Model {
                 if let Presence::No(g) = job.presence {
                     return violation!("{how:?} of job {id} acknowledged after {g:?}");
                 }
-                if how == Gone::Cancelled && !matches!(before, Some(JobState::Scheduled | JobState::Ready)) {
+                if how == Gone::Cancelled
+                    && !matches!(before, Some(JobState::Scheduled | JobState::Ready))
+                {
                     return violation!("cancel of job {id} in state {before:?} succeeded");
                 }
                 job.presence = Presence::No(how);
-                self.last_acked = vec![id];
+                self.unit.push(id);
             }
             Ok(false) => {
-                if how == Gone::Cancelled && matches!(before, Some(JobState::Scheduled | JobState::Ready)) {
+                if how == Gone::Cancelled
+                    && matches!(before, Some(JobState::Scheduled | JobState::Ready))
+                {
                     return violation!("cancel of job {id} in state {before:?} returned false");
                 }
             }
@@ -209,7 +245,7 @@ impl Model {
                     return violation!("reschedule of job {id} acknowledged after {g:?}");
                 }
                 job.dues = vec![due_ms];
-                self.last_acked = vec![id];
+                self.unit.push(id);
             }
             Ok(false) if movable => {
                 return violation!("reschedule of job {id} in state {before:?} returned false");
@@ -305,6 +341,9 @@ impl Model {
         }
         for (id, due) in resolved {
             let job = self.jobs.get_mut(&id).expect("listed");
+            if job.presence == Presence::Maybe {
+                self.unit.push(id);
+            }
             match due {
                 Some(due) => {
                     job.presence = Presence::Yes;
@@ -322,9 +361,12 @@ impl Model {
                 continue;
             };
             if self.phantom_budget == 0 {
-                return violation!("recovery shows job {id} that no schedule call could have written");
+                return violation!(
+                    "recovery shows job {id} that no schedule call could have written"
+                );
             }
             self.phantom_budget -= 1;
+            self.unit.push(id);
             self.learn(
                 id,
                 Job {
@@ -345,6 +387,7 @@ impl Model {
         if engine_live != live {
             return violation!("recovery rebuilt {engine_live} live jobs, the oracle knows {live}");
         }
+        self.close_unit();
         Ok(Vec::new())
     }
 

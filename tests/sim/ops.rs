@@ -68,7 +68,10 @@ pub enum Op {
     /// Drop the engine (its drop syncs, maybe into armed faults), reopen on the same disk.
     DropReopen,
     /// A power cut with these faults, then recovery on the crashed disk.
-    Crash { opts: CrashOptions, corrupt: bool },
+    Crash {
+        opts: CrashOptions,
+        corrupt: bool,
+    },
 }
 
 /// A weighted choice among `weights.len()` options.

@@ -4,7 +4,7 @@
 //!
 //! 1. Leftover spares are removed. Segment ids must be consecutive.
 //! 2. Each segment's header must be valid and start at the previous segment's last LSN + 1.
-//!    The *last* segment may instead have a torn header and no crc-valid record: a roll that
+//!    The *last* segment may instead have a torn header and only zeros after it: a roll that
 //!    crashed before its header was durable. It is removed (its predecessor was synced before
 //!    the roll began, so nothing is lost).
 //! 3. Records are checked in order: crc, bounds, LSN = previous + 1. The first record that
@@ -25,7 +25,7 @@ use crate::error::{CorruptionReason, Error};
 use crate::format::{
     LSN_MAX, RECORD_ALIGN, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, SegmentHeader,
     check_record_crc, check_record_header, crc_seed, decode_header, decode_record_header,
-    raw_header_salt, record_disposition,
+    record_disposition,
 };
 use crate::options::{RecoveryMode, WalOptions};
 use crate::segment::{
@@ -155,7 +155,10 @@ pub(crate) fn recover<S: Storage>(
                     && torn_write
                     && opts.recovery_mode == RecoveryMode::TolerateTornTail
                     && (expected_first.is_some() || id == 1)
-                    && !holds_valid_record(&file, &mut window)?;
+                    // Records are appended only once the header is durable, so a torn roll
+                    // holds nothing after it; anything there (even bytes that no longer check
+                    // out under the damaged header's salt) means the header was damaged later.
+                    && rest_is_zero(&file, &mut window, SEGMENT_HEADER_BYTES as u64)?;
                 if !torn_roll {
                     return Err(corrupted(id, 0, reason));
                 }
@@ -215,8 +218,11 @@ pub(crate) fn recover<S: Storage>(
     }
     let last = segments.last().expect("at least one segment");
     // Records read back from the page cache after a process crash may not be on disk yet;
-    // they are about to be vouched for, so make them durable first.
-    last.file.sync_range(0, last.end)?;
+    // they are about to be vouched for, so make them durable first. A sync alone is not
+    // enough: after an earlier failed sync the kernel marks the pages clean without writing
+    // them, so they are rewritten (dirtied) first. Likewise the directory entries.
+    storage.sync_dir()?;
+    rewrite_range(&*last.file, 0, last.end)?;
     report.segments = segments.len() as u64;
     report.first_lsn = segments[0].first_lsn;
     report.last_lsn = last.last_lsn;
@@ -394,23 +400,18 @@ fn look_ahead<F: StorageFile>(
     })
 }
 
-/// Whether a segment whose header is damaged holds any record valid under the salt its header
-/// bytes still carry (then the header was durable once, and its damage is corruption).
-fn holds_valid_record<F: StorageFile>(file: &F, window: &mut Window) -> io::Result<bool> {
-    let len = file.len_bytes();
-    if len < (SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES) as u64 {
-        return Ok(false);
+/// Writes `from..to` back over itself and syncs it, so that bytes the media may not hold (a
+/// failed sync dropped them, yet reads still see them) reach it.
+fn rewrite_range<F: StorageFile>(file: &F, from: u64, to: u64) -> io::Result<()> {
+    let mut buf = vec![0u8; (to.saturating_sub(from) as usize).min(SCAN_CHUNK_BYTES)];
+    let mut off = from;
+    while off < to {
+        let n = ((to - off) as usize).min(buf.len());
+        file.read_at(off, &mut buf[..n])?;
+        file.write_at(off, &buf[..n])?;
+        off += n as u64;
     }
-    let mut raw = [0u8; SEGMENT_HEADER_BYTES];
-    file.read_at(0, &mut raw)?;
-    let look = look_ahead(
-        file,
-        raw_header_salt(&raw),
-        SEGMENT_HEADER_BYTES as u64,
-        None,
-        window,
-    )?;
-    Ok(look.found.is_some())
+    file.sync_range(from, to - from)
 }
 
 /// Zeroes `from..to` and syncs it; returns the bytes zeroed.

@@ -31,7 +31,8 @@ pub fn sqlite_batch(dir: &Path, jobs: u64, batch: u64) -> PeerResult<f64> {
     while i < jobs {
         let tx = c.transaction()?;
         {
-            let mut st = tx.prepare_cached("INSERT INTO jobs(due_ms, state, payload) VALUES (?1, 0, ?2)")?;
+            let mut st =
+                tx.prepare_cached("INSERT INTO jobs(due_ms, state, payload) VALUES (?1, 0, ?2)")?;
             for k in i..(i + batch).min(jobs) {
                 st.execute(rusqlite::params![k as i64, &[7u8; 16][..]])?;
             }
@@ -71,7 +72,14 @@ fn redis_start(dir: &Path) -> PeerResult<RedisServer> {
     std::fs::create_dir_all(dir)?;
     let port = 20_000 + (std::process::id() % 20_000) as u16;
     let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
         .args(["--appendonly", "yes", "--appendfsync", "always"])
         .arg("--dir")
         .arg(dir)
@@ -91,8 +99,13 @@ fn redis_start(dir: &Path) -> PeerResult<RedisServer> {
 
 fn resp_zadd(out: &mut Vec<u8>, score: u64, member: u64) {
     let (s, m) = (score.to_string(), member.to_string());
-    write!(out, "*4\r\n$4\r\nZADD\r\n$4\r\njobs\r\n${}\r\n{s}\r\n${}\r\n{m}\r\n", s.len(), m.len())
-        .expect("vec write");
+    write!(
+        out,
+        "*4\r\n$4\r\nZADD\r\n$4\r\njobs\r\n${}\r\n{s}\r\n${}\r\n{m}\r\n",
+        s.len(),
+        m.len()
+    )
+    .expect("vec write");
 }
 
 fn read_replies(r: &mut BufReader<TcpStream>, n: u64) -> PeerResult<()> {
@@ -137,7 +150,8 @@ pub fn redis_single(dir: &Path, clients: usize, secs: f64) -> PeerResult<f64> {
         .map(|c| {
             let (stop, count, port) = (stop.clone(), count.clone(), server.port);
             std::thread::spawn(move || -> Result<(), String> {
-                let mut conn = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+                let mut conn =
+                    TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
                 let mut reader = BufReader::new(conn.try_clone().map_err(|e| e.to_string())?);
                 let mut buf = Vec::new();
                 let mut k = c << 40;
