@@ -171,10 +171,10 @@ fn wal_append(c: &mut Criterion) {
         let mut group = c.benchmark_group(format!("wal_append_{size}B"));
         // Iterations take milliseconds to a tenth of a second: equal-sized samples.
         group.sampling_mode(SamplingMode::Flat);
+        // Each baseline right before its WAL cells: the disk's speed drifts when the machine is
+        // shared, so neighbours in time compare best.
         for batch in BATCHES {
             disk_cell(&mut group, &root, size, batch);
-        }
-        for batch in BATCHES {
             for threads in THREADS {
                 wal_cell(
                     &mut group,

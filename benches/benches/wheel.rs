@@ -461,15 +461,14 @@ fn print_table(n: usize, runs: usize, rows: &[(&str, Row)]) {
         );
     }
     println!("\nWorst single call by kind, µs (W1 / W3):\n");
-    println!("| structure | insert | cancel | poll | clock advance |");
-    println!("|---|---:|---:|---:|---:|");
+    println!("| structure | insert | poll | clock advance |");
+    println!("|---|---:|---:|---:|");
     for (name, r) in rows {
         let (a, b) = (r.pause_w1, r.pause_w3);
         println!(
-            "| {name} | {} / {} | - / {} | {} / {} | {} / {} |",
+            "| {name} | {} / {} | {} / {} | {} / {} |",
             us(a.insert),
             us(b.insert),
-            us(b.cancel),
             us(a.poll),
             us(b.poll),
             us(a.tick),

@@ -79,10 +79,13 @@ pub struct Model {
     pub recent_units: Vec<Vec<u64>>,
     /// The jobs the current call changed, acknowledged; becomes a unit when the call is done.
     pub unit: Vec<u64>,
+    /// Returned ids whose schedule records media corruption may have cut with a tail
+    /// (recovery could not show it: the jobs had ended); `schedule` may return them again.
+    pub reuse_at_risk: BTreeSet<u64>,
 }
 
 /// How many recent durable changes the oracle remembers.
-pub const RECENT_UNITS_MAX: usize = 4;
+pub const RECENT_UNITS_MAX: usize = 32;
 
 /// What a call returned, as the oracle sorts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,11 +138,13 @@ impl Model {
     }
 
     /// A schedule returned `ids` for `specs`.
+    /// Returns `false` when an id came back that media corruption may have freed (the run
+    /// then ends as an unvouched tail).
     pub fn scheduled(
         &mut self,
         ids: &[JobId],
         specs: &[super::ops::Spec],
-    ) -> Result<(), Violation> {
+    ) -> Result<bool, Violation> {
         if ids.len() != specs.len() {
             return violation!(
                 "schedule of {} jobs returned {} ids",
@@ -149,6 +154,9 @@ impl Model {
         }
         for (id, spec) in ids.iter().zip(specs) {
             if let Some(old) = self.jobs.get(&id.0) {
+                if old.returned && self.reuse_at_risk.contains(&id.0) {
+                    return Ok(false);
+                }
                 if old.returned {
                     return violation!("id {id} returned by schedule twice");
                 }
@@ -168,7 +176,7 @@ impl Model {
             );
         }
         self.unit.extend(ids.iter().map(|id| id.0));
-        Ok(())
+        Ok(true)
     }
 
     /// A schedule of `n` jobs failed.
@@ -341,7 +349,11 @@ impl Model {
         }
         for (id, due) in resolved {
             let job = self.jobs.get_mut(&id).expect("listed");
-            if job.presence == Presence::Maybe {
+            // Recovery made these records durable: an end whose outcome was unknown, or a
+            // reschedule that failed yet took effect. They are now the newest records.
+            let end_written = job.presence == Presence::Maybe && due.is_none();
+            let moved = due.is_some_and(|d| job.dues.len() > 1 && d != job.dues[0]);
+            if end_written || moved {
                 self.unit.push(id);
             }
             match due {

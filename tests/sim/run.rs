@@ -11,6 +11,9 @@ use super::ops::{self, Op, Spec, T0_MS};
 use super::trace::Trace;
 use crate::violation;
 
+/// The most records one 512-byte sector holds (a record frame takes at least 32 bytes).
+const RECORDS_PER_SECTOR_MAX: usize = 16;
+
 /// How a seed ended, when it passed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum End {
@@ -67,6 +70,8 @@ struct Sim {
     media_faults_pending: u32,
     /// An open failed part-way since then (its recovery report, torn tail and all, is lost).
     open_failed_pending: bool,
+    /// Media corruption cut acknowledged records unnoticed; the run ends as an unvouched tail.
+    tail_lost: bool,
     crashes: u64,
     failed_opens: u64,
 }
@@ -94,6 +99,7 @@ pub fn run_seed(seed: u64, verbose: bool) -> Result<Report, Violation> {
         corruption_pending: false,
         media_faults_pending: 0,
         open_failed_pending: false,
+        tail_lost: false,
         crashes: 0,
         failed_opens: 0,
     };
@@ -180,6 +186,10 @@ impl Sim {
                 Ok(live) => live,
                 Err(end) => return Ok(end),
             };
+            if self.tail_lost {
+                self.trace.event(&[95]);
+                return Ok(End::UnvouchedTailLost);
+            }
         }
         self.finish(live)
     }
@@ -396,7 +406,12 @@ impl Sim {
                 self.trace
                     .event(&[80, ids.first().map_or(0, |id| id.0), ids.len() as u64]);
                 self.trace.line(|| format!("   ids {ids:?}"));
-                self.model.scheduled(&ids, specs)
+                if !self.model.scheduled(&ids, specs)? {
+                    self.trace
+                        .line(|| "   an id freed by media corruption came back".to_owned());
+                    self.tail_lost = true;
+                }
+                Ok(())
             }
             Err(e) => {
                 self.trace.event(&[81, outcome(&e) as u64]);
@@ -494,6 +509,11 @@ impl Sim {
                 self.disk.live_names()
             )
         });
+        // With `f` media faults the newest durable changes in `f` sectors are at risk: at most
+        // `RECORDS_PER_SECTOR_MAX * f` of them (see below).
+        let at_risk = self
+            .model
+            .recent_ids(RECORDS_PER_SECTOR_MAX * self.media_faults_pending as usize);
         let wrong = self.model.recovered(&engine)?;
         let live = Live {
             engine,
@@ -503,10 +523,8 @@ impl Sim {
         };
         if !wrong.is_empty() {
             // Media corruption of the newest durable records looks like a torn write when
-            // nothing after them vouches for them, or when each fault took out a voucher:
-            // with `f` media faults, the newest `f` changes are at risk (docs/testing.md,
-            // known limits).
-            let at_risk = self.model.recent_ids(self.media_faults_pending as usize);
+            // nothing after them vouches for them, or when the damaged sectors also held
+            // every voucher (docs/testing.md, known limits).
             let tail_only = wrong.iter().all(|(id, _)| at_risk.contains(id));
             let strict = std::env::var_os("SIM_STRICT_TAIL").is_some();
             if self.corruption_pending
@@ -526,6 +544,11 @@ impl Sim {
                 self.corruption_pending
             );
         }
+        self.model.reuse_at_risk = if self.corruption_pending {
+            at_risk
+        } else {
+            Default::default()
+        };
         self.corruption_pending = false;
         self.media_faults_pending = 0;
         self.open_failed_pending = false;
