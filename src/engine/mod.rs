@@ -83,7 +83,8 @@ impl<S: Storage> Engine<S> {
         let (ready_tx, ready_rx) = crossbeam_channel::unbounded();
         let empty_payload: Arc<[u8]> = Arc::from(&[][..]);
         let now_ms = clock.now_ms();
-        let (state, next_id, recovery) = recovery::replay(&wal, &report, now_ms, &empty_payload)?;
+        let (state, next_id, recovery) =
+            recovery::replay(&wal, &report, now_ms, &ready_tx, &empty_payload)?;
         let shared = Arc::new(Shared {
             wal,
             state: Mutex::new(state),

@@ -37,6 +37,7 @@ pub(super) fn replay<S: Storage>(
     wal: &Wal<S>,
     report: &RecoveryReport,
     now_ms: u64,
+    ready: &crossbeam_channel::Sender<JobId>,
     empty_payload: &Arc<[u8]>,
 ) -> Result<(State, u64, RecoveryStats)> {
     let started = Instant::now();
@@ -117,12 +118,14 @@ pub(super) fn replay<S: Storage>(
             state.jobs.get_mut(&id).expect("just inserted").attempt = job.attempt;
         }
     }
-    // Missed jobs fire at once, in due order (ties in id order, which is schedule order).
+    // Missed jobs fire at once, in due order (ties in id order, which is schedule order): they
+    // go straight to the ready queue, not through the wheel, which would see them all as due
+    // "now" and keep no order among them.
     missed.sort_unstable_by_key(|(due, id, _)| (*due, *id));
     let missed_count = missed.len() as u64;
     for (due_ms, id, job) in missed {
-        state.insert_scheduled(id, due_ms, job.payload, job.binary);
-        state.jobs.get_mut(&id).expect("just inserted").attempt = job.attempt;
+        state.insert_ready(id, due_ms, job.attempt, job.payload, job.binary);
+        ready.send(id).expect("the engine holds the receiver");
     }
     let recovery = RecoveryStats {
         records,

@@ -137,6 +137,33 @@ impl State {
         self.count(None, Some(JobState::Scheduled));
     }
 
+    /// Adds a job that is due already and goes straight to the ready queue (a missed job at
+    /// recovery). The caller sends its id.
+    pub fn insert_ready(
+        &mut self,
+        id: JobId,
+        due_ms: u64,
+        attempt: u32,
+        payload: Arc<[u8]>,
+        binary: bool,
+    ) {
+        let old = self.jobs.insert(
+            id,
+            Job {
+                due_ms,
+                attempt,
+                state: JobState::Ready,
+                binary,
+                payload,
+                timer: None,
+                lease_until_ms: 0,
+            },
+        );
+        assert!(old.is_none(), "job id {id} recovered twice");
+        self.count(None, Some(JobState::Ready));
+        self.counters.fired += 1;
+    }
+
     /// Whether `cancel` would succeed: the job is waiting or queued, not running or done.
     pub fn can_cancel(&self, id: JobId) -> bool {
         self.jobs
