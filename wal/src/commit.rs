@@ -138,6 +138,13 @@ impl<F> GroupCommit<F> {
                 continue;
             }
             st.leader_active = true;
+            // Let appenders that are ready to run add their records first: a sync costs the
+            // same for one record or a thousand, and the caller that woke first would
+            // otherwise sync little more than its own record while the others are still being
+            // scheduled (on few cores, with many appenders, that halves the throughput).
+            drop(st);
+            std::thread::yield_now();
+            st = lock(&self.state);
             let target = st.written_lsn;
             let ranges = mem::take(&mut st.dirty);
             assert!(!ranges.is_empty(), "LSNs above durable have dirty bytes");
