@@ -467,8 +467,16 @@ fn shutdown_replies_then_exits_zero_with_nothing_after() {
     let dir = TempDir::new("shutdown");
     let mut s = Sidecar::start(&dir.0, &[]);
     s.schedule(json!({"delay_ms": HOUR_MS}));
-    s.send(&json!({"op": "shutdown", "req": {"bye": true}}));
-    s.send(&json!({"op": "stats", "req": "too late"}));
+    // Both lines in one write: the process may exit right after the shutdown reply, and a
+    // second write could then fail with a broken pipe.
+    s.send_raw(
+        format!(
+            "{}\n{}",
+            json!({"op": "shutdown", "req": {"bye": true}}),
+            json!({"op": "stats", "req": "too late"})
+        )
+        .as_bytes(),
+    );
     let reply = s.next_reply();
     assert_eq!(reply, json!({"req": {"bye": true}, "ok": true}));
     assert!(s.wait().success());

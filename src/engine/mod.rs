@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::job::{Claimed, Due, JobId, JobInfo, JobSpec, JobState};
 use crate::record::{Event, FLAG_BINARY_PAYLOAD, ScheduleRecord};
 use crate::stats::{RecoveryStats, Stats};
-use state::State;
+use state::{Payload, State};
 
 /// The durable timer and job engine. See the crate docs for an example.
 ///
@@ -48,7 +48,6 @@ pub(crate) struct Shared<S: Storage> {
     ready_rx: Receiver<JobId>,
     stopping: AtomicBool,
     closed: AtomicBool,
-    empty_payload: Arc<[u8]>,
     recovery: RecoveryStats,
 }
 
@@ -81,10 +80,8 @@ impl<S: Storage> Engine<S> {
         };
         let (wal, report) = Wal::open(storage, options)?;
         let (ready_tx, ready_rx) = crossbeam_channel::unbounded();
-        let empty_payload: Arc<[u8]> = Arc::from(&[][..]);
         let now_ms = clock.now_ms();
-        let (state, next_id, recovery) =
-            recovery::replay(&wal, &report, now_ms, &ready_tx, &empty_payload)?;
+        let (state, next_id, recovery) = recovery::replay(&wal, &report, now_ms, &ready_tx)?;
         let shared = Arc::new(Shared {
             wal,
             state: Mutex::new(state),
@@ -96,7 +93,6 @@ impl<S: Storage> Engine<S> {
             ready_rx,
             stopping: AtomicBool::new(false),
             closed: AtomicBool::new(false),
-            empty_payload,
             recovery,
         });
         let weak = Arc::downgrade(&shared);
@@ -191,12 +187,7 @@ impl<S: Storage> Engine<S> {
             let lsn = sh.wal.append_batch_nowait(records)?;
             for (i, spec) in specs.into_iter().enumerate() {
                 let id = JobId(first + i as u64);
-                let payload = if spec.payload.is_empty() {
-                    sh.empty_payload.clone()
-                } else {
-                    Arc::from(spec.payload)
-                };
-                state.insert_scheduled(id, dues[i], payload, spec.binary);
+                state.insert_scheduled(id, dues[i], Payload::new(&spec.payload), spec.binary);
                 earliest = earliest.min(dues[i]);
                 ids.push(id);
             }

@@ -65,7 +65,7 @@ pub mod testing;
 pub use error::{CorruptionReason, Error};
 pub use log::Wal;
 pub use options::{Durability, RecoveryMode, WalOptions};
-pub use reader::{Iter, Record};
+pub use reader::{Iter, Record, RecordRef};
 pub use recovery::{RecoveryReport, TornTail};
 pub use segment::{parse_segment_file_name, segment_file_name};
 pub use storage::mmap::MmapStorage;

@@ -39,6 +39,19 @@ pub(crate) struct SegmentView<F> {
     pub(crate) file: Arc<F>,
 }
 
+/// A record borrowed from an [`Iter`]'s buffer (see [`Iter::next_ref`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordRef<'r> {
+    /// Its log sequence number.
+    pub lsn: Lsn,
+    /// Its type.
+    pub record_type: u8,
+    /// Its flags.
+    pub flags: u8,
+    /// Its body.
+    pub body: &'r [u8],
+}
+
 /// Iterates records in LSN order from an LSN, across segments, up to the last record written
 /// when it was created (written, not necessarily durable: compare with
 /// [`Wal::durable_lsn`]). Each record is checked again as it is read; damage yields one
@@ -79,12 +92,12 @@ impl<S: Storage> Iter<'_, S> {
         }
     }
 
-    fn fail(
+    fn fail<T>(
         &mut self,
         segment: u64,
         offset: u64,
         reason: CorruptionReason,
-    ) -> Option<Result<Record, Error>> {
+    ) -> Option<Result<T, Error>> {
         self.done = true;
         Some(Err(Error::Corrupted {
             segment,
@@ -93,17 +106,17 @@ impl<S: Storage> Iter<'_, S> {
         }))
     }
 
-    fn io_fail(&mut self, e: std::io::Error) -> Option<Result<Record, Error>> {
+    fn io_fail<T>(&mut self, e: std::io::Error) -> Option<Result<T, Error>> {
         self.done = true;
         Some(Err(Error::Io(e)))
     }
 }
 
-impl<S: Storage> Iterator for Iter<'_, S> {
-    type Item = Result<Record, Error>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        loop {
+impl<S: Storage> Iter<'_, S> {
+    /// The next record, borrowed from the reader's buffer instead of copied into a new `Vec`:
+    /// how recovery replays millions of records without an allocation each.
+    pub fn next_ref(&mut self) -> Option<Result<RecordRef<'_>, Error>> {
+        let (h, file, end, off) = loop {
             if self.done || self.expected_lsn > self.last_lsn {
                 return None;
             }
@@ -155,22 +168,45 @@ impl<S: Storage> Iterator for Iter<'_, S> {
                 );
             }
             let wanted = h.lsn >= self.start_lsn;
-            let body = match record_disposition(&h) {
-                Ok(true) if wanted => frame[RECORD_HEADER_BYTES..][..h.len as usize].to_vec(),
-                Ok(_) => Vec::new(),
+            let readable = match record_disposition(&h) {
+                Ok(readable) => readable,
                 Err(reason) => return self.fail(id, off, reason),
             };
             self.offset += h.frame_bytes();
             self.expected_lsn += 1;
-            if wanted && record_disposition(&h) == Ok(true) {
-                let (lsn, record_type, flags) = (h.lsn, h.record_type, h.flags);
-                return Some(Ok(Record {
-                    lsn,
-                    record_type,
-                    flags,
-                    body,
-                }));
+            if wanted && readable {
+                break (h, file, end, off);
             }
-        }
+        };
+        // The frame is in the window already (it was just checked): this `get` reads nothing
+        // and can not fail, but an error is still reported rather than assumed away.
+        let frame = match self.window.get(&*file, end, off, h.frame_bytes() as usize) {
+            Ok(frame) => frame,
+            Err(e) => {
+                self.done = true;
+                return Some(Err(Error::Io(e)));
+            }
+        };
+        Some(Ok(RecordRef {
+            lsn: h.lsn,
+            record_type: h.record_type,
+            flags: h.flags,
+            body: &frame[RECORD_HEADER_BYTES..][..h.len as usize],
+        }))
+    }
+}
+
+impl<S: Storage> Iterator for Iter<'_, S> {
+    type Item = Result<Record, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_ref().map(|r| {
+            r.map(|r| Record {
+                lsn: r.lsn,
+                record_type: r.record_type,
+                flags: r.flags,
+                body: r.body.to_vec(),
+            })
+        })
     }
 }
