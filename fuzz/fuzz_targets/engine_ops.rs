@@ -589,10 +589,16 @@ impl Sim {
                 continue;
             };
             assert_eq!(info.due_ms, j.due_ms, "job {id} came back with another due");
+            // Missed jobs (due by now) come back ready, already queued; the rest wait.
+            let want = if j.due_ms <= self.engine_now_ms {
+                JobState::Ready
+            } else {
+                JobState::Scheduled
+            };
             assert_eq!(
-                info.state,
-                JobState::Scheduled,
-                "every job comes back waiting"
+                info.state, want,
+                "job {id} due {} came back {:?}",
+                j.due_ms, info.state
             );
             assert!(
                 j.attempt_durable <= info.attempt && info.attempt <= j.attempt,
@@ -602,12 +608,41 @@ impl Sim {
                 j.attempt
             );
             j.attempt = info.attempt;
-            j.state = MState::Scheduled;
+            j.state = if want == JobState::Ready {
+                MState::Ready
+            } else {
+                MState::Scheduled
+            };
             j.lease_until_ms = 0;
         }
         for id in lost {
             self.jobs.remove(&id);
         }
+        // The missed jobs are in the ready queue at once, each once, in due order.
+        let queued: Vec<JobId> = engine.ready().try_iter().collect();
+        let mut missed: Vec<(u64, JobId)> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.state == MState::Ready)
+            .map(|(id, j)| (j.due_ms, *id))
+            .collect();
+        missed.sort();
+        let queued_dues: Vec<u64> = queued
+            .iter()
+            .map(|id| self.jobs.get(id).map_or(u64::MAX, |j| j.due_ms))
+            .collect();
+        assert!(
+            queued_dues.is_sorted(),
+            "missed jobs are queued in due order"
+        );
+        let mut queued_sorted = queued.clone();
+        queued_sorted.sort();
+        let mut missed_ids: Vec<JobId> = missed.iter().map(|&(_, id)| id).collect();
+        missed_ids.sort();
+        assert_eq!(
+            queued_sorted, missed_ids,
+            "exactly the missed jobs are queued at open"
+        );
         for id in &self.gone {
             assert!(
                 engine.get(*id).is_none(),
