@@ -44,6 +44,10 @@ const REGRESSION_SEEDS: &[(u64, &str)] = &[
         "unvouched tail lost to media corruption, then id reused",
     ),
     (
+        1085582,
+        "unvouched tail lost to media corruption, a clean reopen, then id reused",
+    ),
+    (
         3877,
         "unvouched tail cut by a recovery whose final sync failed",
     ),

@@ -544,11 +544,12 @@ impl Sim {
                 self.corruption_pending
             );
         }
-        self.model.reuse_at_risk = if self.corruption_pending {
-            at_risk
-        } else {
-            Default::default()
-        };
+        // An id freed by an earlier cut stays at risk across later clean reopens (seed 1085582:
+        // two synced bit flips hit both records of a scheduled-then-cancelled job, the cut took
+        // both, a clean close and reopen followed, then the id was handed out again).
+        if self.corruption_pending {
+            self.model.reuse_at_risk.extend(at_risk);
+        }
         self.corruption_pending = false;
         self.media_faults_pending = 0;
         self.open_failed_pending = false;
