@@ -48,6 +48,10 @@ const REGRESSION_SEEDS: &[(u64, &str)] = &[
         "unvouched tail lost to media corruption, a clean reopen, then id reused",
     ),
     (
+        2047764,
+        "unvouched tail lost to media corruption, a failed open, then id reused",
+    ),
+    (
         3877,
         "unvouched tail cut by a recovery whose final sync failed",
     ),
