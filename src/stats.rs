@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use crate::engine::StateView;
-
 /// What recovery did when the engine opened.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecoveryStats {
@@ -103,4 +101,19 @@ impl Stats {
             lateness_us_max: if h.is_empty() { 0 } else { h.max() },
         }
     }
+}
+
+/// The figures `stats()` reads, taken under the state lock.
+pub(crate) struct StateView<'a> {
+    pub scheduled: u64,
+    pub ready: u64,
+    pub running: u64,
+    pub completed: u64,
+    pub cancelled: u64,
+    pub failed: u64,
+    pub fired: u64,
+    pub redelivered: u64,
+    /// At least one scheduled job is past due (the timer thread is behind): a lower bound.
+    pub scheduled_overdue: u64,
+    pub lateness_us: &'a hdrhistogram::Histogram<u64>,
 }

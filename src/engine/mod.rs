@@ -25,7 +25,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::job::{Claimed, Due, JobId, JobInfo, JobSpec, JobState};
 use crate::record::{Event, FLAG_BINARY_PAYLOAD, ScheduleRecord};
-use crate::stats::{RecoveryStats, Stats};
+use crate::stats::{RecoveryStats, StateView, Stats};
 use state::{Payload, State};
 
 /// The durable timer and job engine. See the crate docs for an example.
@@ -565,21 +565,6 @@ impl<S: Storage> Shared<S> {
         let expired = state.expire_leases(max, &self.ready_tx);
         (fired.max(expired), fired + expired)
     }
-}
-
-/// The figures `stats()` reads, taken under the state lock.
-pub(crate) struct StateView<'a> {
-    pub scheduled: u64,
-    pub ready: u64,
-    pub running: u64,
-    pub completed: u64,
-    pub cancelled: u64,
-    pub failed: u64,
-    pub fired: u64,
-    pub redelivered: u64,
-    /// At least one scheduled job is past due (the timer thread is behind): a lower bound.
-    pub scheduled_overdue: u64,
-    pub lateness_us: &'a hdrhistogram::Histogram<u64>,
 }
 
 #[allow(dead_code)]
