@@ -52,6 +52,10 @@ const REGRESSION_SEEDS: &[(u64, &str)] = &[
         "unvouched tail lost to media corruption, a failed open, then id reused",
     ),
     (
+        1474140,
+        "unvouched tail lost to media corruption, then the id reused by a failed schedule",
+    ),
+    (
         3877,
         "unvouched tail cut by a recovery whose final sync failed",
     ),

@@ -537,6 +537,19 @@ impl Sim {
                 self.trace.event(&[93]);
                 return Ok(Err(End::UnvouchedTailLost));
             }
+            // The same limit, later: an id freed by such a cut was handed to a new job whose
+            // schedule failed (outcome unknown, id never returned), and that job came back
+            // under the old id (seed 1474140).
+            if !strict
+                && wrong
+                    .iter()
+                    .all(|(id, _)| self.model.reuse_at_risk.contains(id))
+            {
+                self.trace
+                    .line(|| format!("   id reused after an unvouched tail: {wrong:?}"));
+                self.trace.event(&[93]);
+                return Ok(Err(End::UnvouchedTailLost));
+            }
             let (id, why) = &wrong[0];
             return violation!(
                 "after recovery: job {id}: {why} ({} jobs wrong; corruption injected: {})",
