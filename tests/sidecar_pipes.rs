@@ -3,8 +3,11 @@
 //!
 //! Timeouts here only guard against hangs; no test asserts how long anything took.
 
+mod common;
+
+use common::TempDir;
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -15,26 +18,6 @@ use serde_json::{Value, json};
 
 /// Longest wait for any one line: generous, only a guard against a hung sidecar.
 const LINE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A data directory removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "timewheel-sidecar-pipes-{}-{name}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A running sidecar with its stdout parsed line by line on a thread.
 struct Sidecar {

@@ -1,8 +1,10 @@
 //! The sidecar's serving loop driven in-process (`timewheel::sidecar::serve`) on a manual
 //! clock: scripted sessions give exactly predictable output, and the ways serving ends.
 
+mod common;
+
+use common::TempDir;
 use std::io::{Cursor, Write};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,25 +13,6 @@ use timewheel::sidecar::{ServeEnd, ServeOptions, serve};
 use timewheel::{Config, Engine, Error, JobSpec, ManualClock};
 
 const NOW_MS: u64 = 1_800_000_000_000;
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "timewheel-sidecar-protocol-{}-{name}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn open(dir: &TempDir) -> (Engine, Config, ManualClock) {
     let config = Config::new(&dir.0);

@@ -40,3 +40,23 @@ pub fn recv_n<S: timewheel_wal::storage::Storage>(engine: &Engine<S>, n: usize) 
         })
         .collect()
 }
+
+/// A data directory removed when dropped (tests that need a real directory, e.g. for the
+/// sidecar binary).
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    /// A fresh directory named after this test process and `name`.
+    pub fn new(name: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("timewheel-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
