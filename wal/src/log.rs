@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::Lsn;
-use crate::commit::{CommitError, DirtyRange, GroupCommit};
+use crate::commit::{CommitError, DirtyRange, GroupCommit, Taken};
 use crate::error::Error;
 use crate::format::{
     FLAGS_KNOWN, RECORD_TYPE_INVALID, RECORD_TYPE_USER_MAX, RecordMeta, SEGMENT_HEADER_BYTES,
@@ -424,13 +424,32 @@ impl<S: Storage> Wal<S> {
 }
 
 impl<S: Storage> Shared<S> {
+    /// Waits until `lsn` is durable, leading a sync if none is in flight. Must not be called
+    /// with the `log` lock held (see [`Shared::wait_commit_locked`]).
     fn wait_commit(&self, lsn: Lsn) -> Result<(), Error> {
+        self.commit_with(lsn, || {
+            let _log = lock(&self.log);
+            self.commit.try_take(lsn)
+        })
+    }
+
+    /// [`Shared::wait_commit`] for a caller that holds the `log` lock (a roll): nobody else can
+    /// become leader meanwhile, so it waits for the sync in flight and then leads itself.
+    fn wait_commit_locked(&self, _log: &mut LogState<S::File>, lsn: Lsn) -> Result<(), Error> {
+        self.commit_with(lsn, || self.commit.try_take(lsn))
+    }
+
+    fn commit_with(
+        &self,
+        lsn: Lsn,
+        lead: impl FnMut() -> Result<Option<Taken<S::File>>, CommitError>,
+    ) -> Result<(), Error> {
         let sync = |ranges: &[DirtyRange<S::File>]| {
             ranges
                 .iter()
                 .try_for_each(|r| r.file.sync_range(r.start, r.end - r.start))
         };
-        self.commit.wait_durable(lsn, sync).map_err(|e| match e {
+        self.commit.wait_durable(lsn, lead, sync).map_err(|e| match e {
             CommitError::SyncFailed(e) => {
                 tracing::error!(error = %e, "WAL sync failed; poisoned, nothing more is acknowledged");
                 Error::Io(e)
@@ -470,7 +489,7 @@ impl<S: Storage> Shared<S> {
     /// is synced whole first: a segment's existence then proves its predecessor durable, which
     /// is what lets recovery call any damage in a sealed segment corruption.
     fn roll(&self, log: &mut LogState<S::File>) -> Result<(), Error> {
-        self.wait_commit(self.commit.written_lsn())?;
+        self.wait_commit_locked(log, self.commit.written_lsn())?;
         let current = log.current();
         let (id, first_lsn) = (current.id + 1, current.last_lsn + 1);
         match install_segment(&self.storage, id, first_lsn, self.opts.segment_bytes, true) {
