@@ -3,9 +3,9 @@
 //!
 //! # Ground rules
 //!
-//! This is the only module of the crate allowed `unsafe` code. The unsafe code is exactly two
-//! `ptr::copy_nonoverlapping` calls, one in [`MmapFile::read_at`] and one in
-//! [`MmapFile::write_at`], between a shared file mapping and a caller's buffer. They rely on:
+//! This is the only module of the crate allowed `unsafe` code. The unsafe code is exactly one
+//! `ptr::copy_nonoverlapping` call, in [`MmapFile::write_at`], from a caller's buffer into a
+//! shared file mapping. It relies on:
 //!
 //! 1. **The mapping stays valid and in bounds.** A `MappedFile` owns its `MmapRaw` (and the
 //!    open `File`), so the mapping lives exactly as long as any handle to it. Every copy is
@@ -18,8 +18,8 @@
 //!    no such operation). A touch of a page beyond EOF, or of a page with no block on a full
 //!    disk, would be a `SIGBUS`, not an error.
 //! 3. **No data race inside the process.** Each mapped file has one `RwLock`: `write_at` copies
-//!    under the write lock, `read_at` under a read lock, so a copy never overlaps a concurrent
-//!    write to the same mapping, whatever the callers do. Two handles on the same inode must
+//!    under the write lock, `read_at` reads under a read lock, so a read never overlaps a
+//!    concurrent write to the same mapping, whatever the callers do. Two handles on the same inode must
 //!    share that lock, so handles are deduplicated through a process-wide registry keyed by
 //!    `(device, inode)` (`REGISTRY`): opening a file that is already mapped anywhere in the
 //!    process returns the existing mapping. A registry entry can not be confused with a
@@ -31,9 +31,17 @@
 //!    while they are mapped is outside the contract, as for every user of `mmap`; the lock is
 //!    how the engine makes sure that does not happen by accident.
 //!
-//! Who may touch the map: only [`MmapFile::read_at`] and [`MmapFile::write_at`] (the copies)
-//! and [`MmapFile::sync_range`] (`msync`, a system call that reads the page cache and needs no
-//! lock: it races with nothing in the Rust memory model).
+//! **Reads never touch the map.** [`MmapFile::read_at`] is a positional `pread` on the file
+//! descriptor (`FileExt::read_exact_at`). A read of a page that hits a media error is then an
+//! `EIO` from the system call, which recovery and readers report as `Error::Io`, instead of a
+//! `SIGBUS` from touching a mapped page that can not be read in. `pread` sees exactly what the
+//! map wrote: a `MAP_SHARED` mapping and the file share one page cache.
+//!
+//! Who may touch the map: only [`MmapFile::write_at`] (the copy) and [`MmapFile::sync_range`]
+//! (`msync`, a system call that reads the page cache and needs no lock: it races with nothing
+//! in the Rust memory model). A write into a mapped page that is not resident reads it in
+//! first; the log only writes pages of preallocated files that it has not written before or
+//! that it wrote itself in this process (still cached), so that read is of zeros or of cache.
 #![allow(unsafe_code)]
 
 use std::collections::BTreeMap;
@@ -274,8 +282,8 @@ struct MappedFile {
     copy_lock: RwLock<()>,
     map: MmapRaw,
     /// Kept open so that the inode (and with it the registry key) stays alive as long as the
-    /// mapping does.
-    _file: File,
+    /// mapping does; reads `pread` from it.
+    file: File,
 }
 
 impl MappedFile {
@@ -312,7 +320,7 @@ impl MappedFile {
             len_bytes,
             copy_lock: RwLock::new(()),
             map,
-            _file: file,
+            file,
         });
         registry.insert(key, Arc::downgrade(&shared));
         Ok(MmapFile { shared })
@@ -358,14 +366,9 @@ impl StorageFile for MmapFile {
             return Ok(());
         }
         let _guard = f.copy_lock.read().unwrap_or_else(PoisonError::into_inner);
-        // SAFETY: `start + len <= len_bytes == map.len()` was checked above, so the source is
-        // inside the live mapping (ground rule 1), whose pages all have blocks (rule 2). The
-        // read lock excludes every in-process writer of this inode (rule 3), and `buf` is a
-        // distinct, exclusively borrowed Rust buffer, so the ranges do not overlap.
-        unsafe {
-            ptr::copy_nonoverlapping(f.map.as_ptr().add(start), buf.as_mut_ptr(), len);
-        }
-        Ok(())
+        // A positional read on the descriptor, never through the map (see "Reads never touch
+        // the map"): a media error is an `EIO` here, not a `SIGBUS`.
+        f.file.read_exact_at(buf, start as u64)
     }
 
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {

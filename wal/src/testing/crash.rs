@@ -190,7 +190,9 @@ impl FaultDisk {
         let mut new = DiskState::new(old.seed, old.rng.fork(), stats);
         for (ino, image) in images {
             let on_media = synced.remove(&ino).expect("one per image");
-            new.inodes.insert(ino, Inode::from_image(image, on_media));
+            let mut inode = Inode::from_image(image, on_media);
+            inode.bad.clone_from(&old.inodes[&ino].bad); // the media keeps its bad sectors
+            new.inodes.insert(ino, inode);
         }
         new.next_ino = old.next_ino;
         new.durable_names = names.clone();

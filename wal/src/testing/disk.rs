@@ -58,6 +58,8 @@ pub struct FaultStats {
     pub dir_syncs: u64,
     /// Syncs (file or directory) that returned `EIO`.
     pub failed_syncs: u64,
+    /// Reads that returned `EIO` (a read failure policy, or a bad sector).
+    pub failed_reads: u64,
     /// Sectors that a failed sync marked clean without persisting them.
     pub sectors_dropped: u64,
     /// Sectors that successful syncs persisted.
@@ -122,6 +124,7 @@ pub(crate) struct DiskState {
     pub(super) lock_owner: Option<u64>,
     pub(super) next_storage_id: u64,
     pub(super) sync_failure: SyncFailure,
+    pub(super) read_failure: SyncFailure,
     pub(super) enospc: bool,
     pub(super) capacity_bytes: Option<u64>,
     pub(crate) stats: FaultStats,
@@ -140,6 +143,7 @@ impl DiskState {
             lock_owner: None,
             next_storage_id: 1,
             sync_failure: SyncFailure::Never,
+            read_failure: SyncFailure::Never,
             enospc: false,
             capacity_bytes: None,
             stats,
@@ -153,6 +157,13 @@ impl DiskState {
         if fails {
             self.stats.failed_syncs += 1;
         }
+        fails
+    }
+
+    /// Consumes one read against the read failure policy; `true` if it must fail.
+    pub(super) fn read_fails(&mut self) -> bool {
+        let (fails, next) = self.read_failure.step();
+        self.read_failure = next;
         fails
     }
 
@@ -256,6 +267,28 @@ impl FaultDisk {
     /// Sets when syncs fail with `EIO` (file syncs and directory syncs alike).
     pub fn set_sync_failure(&self, failure: SyncFailure) {
         self.lock().sync_failure = failure;
+    }
+
+    /// Sets when file reads fail with `EIO` (a media error: what a real disk returns for a
+    /// sector it can not read, and what `MmapStorage` returns instead of a `SIGBUS`). The same
+    /// schedule type as syncs; every `read_at` counts. A crash disarms it.
+    pub fn set_read_failure(&self, failure: SyncFailure) {
+        self.lock().read_failure = failure;
+    }
+
+    /// Marks the sectors of `name` that `offset .. offset + len` touches as bad (`bad = true`)
+    /// or readable again: every read that touches a bad sector fails with `EIO`. Bad sectors
+    /// belong to the file's media, so they survive renames and crashes. Looked up like
+    /// [`FaultDisk::flip_bit`]; panics if out of bounds.
+    pub fn set_bad_sectors(&self, name: &str, offset: u64, len: u64, bad: bool) {
+        let mut s = self.lock();
+        let inode = s.inode_named(name);
+        let end = offset.checked_add(len).expect("range overflows");
+        assert!(
+            end <= inode.len_bytes() as u64,
+            "bad sectors at {offset}..{end} are past the end of {name:?}"
+        );
+        inode.set_bad(&(offset as usize..end as usize), bad);
     }
 
     /// While `on`, every `create` fails with `ErrorKind::StorageFull` (raw OS error 28) and

@@ -23,6 +23,9 @@ pub(crate) struct Inode {
     /// Per sector: holds data that reached the media (a successful sync, or an unsynced write
     /// that a crash kept). Bit flips "in synced data" aim here, not at never-written zeros.
     pub(crate) synced: Vec<bool>,
+    /// Per sector: unreadable (a media error): every read that touches it fails with `EIO`.
+    /// A property of the media, so it survives crashes.
+    pub(crate) bad: Vec<bool>,
     /// Open handles on this inode; it outlives its names while this is non-zero.
     pub(crate) open_handles: usize,
 }
@@ -36,6 +39,7 @@ impl Inode {
             durable: vec![0; len_bytes],
             dirty: vec![false; sectors],
             synced: vec![false; sectors],
+            bad: vec![false; sectors],
             open_handles: 0,
         }
     }
@@ -47,6 +51,7 @@ impl Inode {
             live: image.clone(),
             durable: image,
             dirty: vec![false; synced.len()],
+            bad: vec![false; synced.len()],
             synced,
             open_handles: 0,
         }
@@ -64,6 +69,18 @@ impl Inode {
     pub(crate) fn sector_bytes(&self, s: usize) -> Range<usize> {
         let start = s * SECTOR_BYTES;
         start..(start + SECTOR_BYTES).min(self.len_bytes())
+    }
+
+    /// Whether a read of `range` touches a bad sector.
+    pub(crate) fn reads_bad(&self, range: &Range<usize>) -> bool {
+        Self::sectors_of(range).any(|s| self.bad[s])
+    }
+
+    /// Marks the sectors that `range` touches bad (or good again).
+    pub(crate) fn set_bad(&mut self, range: &Range<usize>, bad: bool) {
+        for s in Self::sectors_of(range) {
+            self.bad[s] = bad;
+        }
     }
 
     /// The sectors that `range` touches.

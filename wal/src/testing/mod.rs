@@ -18,7 +18,9 @@
 //!   part of the unsynced state, with optional tearing, bit flips and misdirected writes
 //!   ([`CrashOptions`]). The old disk and its handles stay as they were.
 //! - **Failpoints.** [`FaultDisk::set_sync_failure`] (EIO), [`FaultDisk::set_enospc`] and
-//!   [`FaultDisk::set_capacity_bytes`] (ENOSPC on `create`).
+//!   [`FaultDisk::set_capacity_bytes`] (ENOSPC on `create`), [`FaultDisk::set_read_failure`]
+//!   (EIO on reads) and [`FaultDisk::set_bad_sectors`] (media errors: reads of those sectors
+//!   fail with EIO, across crashes).
 //! - **Determinism.** All choices come from one [`SimRng`] per disk, seeded by the caller, and
 //!   all state lives in ordered maps: the same seed and the same sequence of calls give the
 //!   same crash images. (Calls from several threads are atomic, but their order is then the

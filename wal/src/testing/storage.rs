@@ -219,7 +219,12 @@ impl StorageFile for FaultFile {
             io::ErrorKind::UnexpectedEof,
             "read",
         )?;
-        let s = self.disk.lock();
+        let mut s = self.disk.lock();
+        let inode = &s.inodes[&self.ino];
+        if inode.reads_bad(&(start..start + len)) || s.read_fails() {
+            s.stats.failed_reads += 1;
+            return Err(io::Error::from_raw_os_error(EIO));
+        }
         buf.copy_from_slice(&s.inodes[&self.ino].live[start..start + len]);
         Ok(())
     }
