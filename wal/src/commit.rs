@@ -27,6 +27,9 @@ use std::sync::Arc;
 use crate::Lsn;
 use crate::sync::{AtomicU64, Condvar, Mutex, Ordering, lock};
 
+/// Dirty ranges of one segment closer than this merge into one (see `add_dirty`).
+const MERGE_GAP_BYTES: u64 = 4096;
+
 /// Bytes `start..end` of segment `segment_id` hold records written but maybe not durable.
 #[derive(Debug)]
 pub(crate) struct DirtyRange<F> {
@@ -114,10 +117,28 @@ impl<F> GroupCommit<F> {
         Self::add_dirty(&mut st, range);
     }
 
+    /// Publishes bytes written that carry no new LSN (the log's own records: a group's mirror),
+    /// so that the next sync covers them too.
+    pub(crate) fn publish_dirty(&self, range: DirtyRange<F>) {
+        Self::add_dirty(&mut lock(&self.state), range);
+    }
+
+    /// Whether [`Self::try_take`]`(lsn)` would take now (the same caller lock applies).
+    pub(crate) fn would_lead(&self, lsn: Lsn) -> bool {
+        let st = lock(&self.state);
+        st.durable_lsn < lsn && !st.poisoned && !st.syncing
+    }
+
     fn add_dirty(st: &mut State<F>, range: DirtyRange<F>) {
         assert!(range.start < range.end);
+        // Ranges of one segment less than a page apart merge: the gap is a block's padding,
+        // never written, so syncing it costs nothing, and one msync beats two.
         match st.dirty.last_mut() {
-            Some(last) if last.segment_id == range.segment_id && last.end == range.start => {
+            Some(last)
+                if last.segment_id == range.segment_id
+                    && range.start >= last.end
+                    && range.start - last.end < MERGE_GAP_BYTES =>
+            {
                 last.end = range.end;
             }
             _ => st.dirty.push(range),

@@ -149,6 +149,14 @@ pub enum CorruptionReason {
     },
     /// Non-zero bytes after the end of the records, where zero fill is expected.
     GarbageAfterEnd,
+    /// A commit block whose records end without a valid mirror of them (a torn commit, or a
+    /// damaged mirror), or a mirror that does not describe the group before it.
+    Mirror,
+    /// A log record (mirror, close marker) where a record of the group was expected.
+    MisplacedLogRecord {
+        /// Its type.
+        record_type: u8,
+    },
 }
 
 impl fmt::Display for CorruptionReason {
@@ -184,6 +192,10 @@ impl fmt::Display for CorruptionReason {
                 )
             }
             Self::GarbageAfterEnd => f.write_str("non-zero bytes after the last record"),
+            Self::Mirror => f.write_str("commit block without a valid mirror of its records"),
+            Self::MisplacedLogRecord { record_type } => {
+                write!(f, "log record of type {record_type:#04x} out of place")
+            }
         }
     }
 }

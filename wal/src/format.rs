@@ -10,7 +10,17 @@
 //! +--------+-----+---+---+-------+-----------+-------+-----------+-------------+-----------+-----+
 //! | magic  | ver |ck |hf | rsv32 | segment_id| salt  | first_lsn |segment_bytes| rsv (12)  | crc |
 //! +--------+-----+---+---+-------+-----------+-------+-----------+-------------+-----------+-----+
-//!   header crc = crc32(bytes 0..60), unseeded; records start at 64 (8-aligned)
+//!   header crc = crc32(bytes 0..60), unseeded; the rest of the first page is zero, and
+//!   commit blocks start at 4096
+//!
+//! Commit block (one per group commit), at a 4096-aligned offset B >= 4096:
+//!
+//!   B: records of the group, contiguous, consecutive LSNs
+//!   M = align512(end of the group): MIRROR record (type 0xF1), body =
+//!       group_start u64 (= B) | first_lsn u64 | count u32 | reserved u32 (0) | the frames
+//!   padding (never written, never read) up to the next 4096 boundary: the next block
+//!
+//!   or, written by a clean close at a block start: a CLOSE record (type 0xF2, no body)
 //!
 //! Record at an 8-aligned offset `off` of the segment:
 //!
@@ -25,8 +35,8 @@
 //! ```
 //!
 //! Type 0 is invalid, so the zero fill after the last record ends the log. Types `1..=0xEF` are
-//! the user's; `0xF0..=0xFF` are reserved for the log itself (none is written by version 1).
-//! A record whose type a reader does not know is skipped if it has [`FLAG_SKIPPABLE`], and is an
+//! the user's; `0xF0..=0xFF` are reserved for the log itself: MIRROR and CLOSE carry no LSN of
+//! their own and readers hide them. Any other record whose type a reader does not know is skipped if it has [`FLAG_SKIPPABLE`], and is an
 //! error otherwise.
 
 use crate::Lsn;
@@ -34,8 +44,10 @@ use crate::error::CorruptionReason;
 
 /// The first 8 bytes of every segment file.
 pub const MAGIC: [u8; 8] = *b"TWWALSEG";
-/// The format version this code writes and the only one it reads.
-pub const FORMAT_VERSION: u16 = 1;
+/// The format version this code writes and the only one it reads. Version 2 added commit
+/// blocks (page-aligned group commits with a mirror, see [`RECORD_TYPE_MIRROR`]), the header
+/// page, and the close marker; version 1 segments are refused.
+pub const FORMAT_VERSION: u16 = 2;
 /// Checksum kind 1: crc32 (IEEE, `crc32fast`) seeded with the segment salt and record offset.
 pub const CHECKSUM_CRC32_SALTED: u8 = 1;
 
@@ -74,8 +86,36 @@ const _: () = assert!(RECORD_HEADER_BYTES.is_multiple_of(RECORD_ALIGN));
 // The crc covers the len field and everything after the crc field: they must be adjacent.
 const _: () = assert!(CRC_OFFSET == LEN_OFFSET + 4 && TYPE_OFFSET == CRC_OFFSET + 4);
 
+/// The header has a page of its own: blocks start at this offset, so no write of a record ever
+/// touches the page that holds the header.
+pub const FIRST_BLOCK_OFFSET: u64 = 4096;
+/// Every commit block starts at a multiple of this (the page size): a block's pages are
+/// written only while it is open, so a successful sync of them is never followed by another
+/// write into them.
+pub const BLOCK_ALIGN: u64 = 4096;
+/// A group's mirror starts at a multiple of this (the sector size) after the group, so that a
+/// sector holds bytes of the group or of its mirror, never of both.
+pub const MIRROR_ALIGN: u64 = 512;
+/// Bytes of a mirror's body before the copied frames: `group_start u64 | first_lsn u64 |
+/// count u32 | reserved u32`.
+pub const MIRROR_PREFIX_BYTES: usize = 24;
+/// Groups grow to at most this many bytes of frames (a single larger record is a group of its
+/// own); a larger batch is split into several blocks.
+pub const GROUP_BYTES_MAX: u64 = 1 << 20;
+
 /// Record type 0: never valid, so zero fill ends the log.
 pub const RECORD_TYPE_INVALID: u8 = 0;
+/// Reserved for a padding record (not written by version 2: padding is never read, see
+/// [`BLOCK_ALIGN`]).
+pub const RECORD_TYPE_PAD: u8 = 0xF0;
+/// The log's own record that closes a commit block: a verbatim copy of the group's frames, at
+/// the first [`MIRROR_ALIGN`] boundary after them. It carries no LSN of its own (its `lsn`
+/// field is the group's last LSN) and readers never show it.
+pub const RECORD_TYPE_MIRROR: u8 = 0xF1;
+/// The log's own record written by a clean close at the start of a block: everything before
+/// it was synced by that close. No body, no LSN of its own (its `lsn` field is the last LSN);
+/// the next open writes over it.
+pub const RECORD_TYPE_CLOSE: u8 = 0xF2;
 /// The highest record type a user may append.
 pub const RECORD_TYPE_USER_MAX: u8 = 0xEF;
 /// Flag: a reader that does not know this record's type skips it instead of failing.
@@ -145,6 +185,130 @@ impl RecordHeader {
     pub fn vouched_lsn(&self) -> Lsn {
         vouched_lsn(self.lsn, self.durable_delta)
     }
+}
+
+/// Rounds `n` up to a multiple of `align` (a power of two).
+pub const fn align_to(n: u64, align: u64) -> u64 {
+    (n + (align - 1)) & !(align - 1)
+}
+
+/// Where the block that starts at `block_start` ends once sealed with `group_bytes` of frames:
+/// the end of its mirror (the next block starts at the next [`BLOCK_ALIGN`] boundary).
+pub const fn sealed_end(block_start: u64, group_bytes: u64) -> u64 {
+    align_to(block_start + group_bytes, MIRROR_ALIGN)
+        + frame_bytes(MIRROR_PREFIX_BYTES + group_bytes as usize) as u64
+}
+
+/// Where the next block starts after a block sealed at `mirror_end`.
+pub const fn next_block(mirror_end: u64) -> u64 {
+    align_to(mirror_end, BLOCK_ALIGN)
+}
+
+/// Where the writer stands in its segment: the open block and the bytes of frames in it
+/// (0: no group is open, and the next block starts at `block_start`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor {
+    /// Start of the open block, or of the next one.
+    pub block_start: u64,
+    /// Bytes of frames in the open group.
+    pub group_bytes: u64,
+    /// The segment's length.
+    pub file_bytes: u64,
+}
+
+/// Where the next frame goes, given a [`Cursor`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// Into the open group (or a new group at `block_start`).
+    Group,
+    /// The open group must be sealed first (it would grow too large or not fit its mirror).
+    SealFirst,
+    /// The segment has no room for it even in a fresh block: roll.
+    Roll,
+}
+
+impl Cursor {
+    /// The placement rule, shared by the writer and by preallocation.
+    pub fn place(&self, frame: u64) -> Place {
+        let group = self.group_bytes + frame;
+        let fits = sealed_end(self.block_start, group) <= self.file_bytes;
+        if self.group_bytes == 0 {
+            if fits { Place::Group } else { Place::Roll }
+        } else if fits && group <= GROUP_BYTES_MAX {
+            Place::Group
+        } else {
+            Place::SealFirst
+        }
+    }
+
+    /// The cursor after the open group is sealed.
+    pub fn sealed(&self) -> Cursor {
+        if self.group_bytes == 0 {
+            return *self;
+        }
+        Cursor {
+            block_start: next_block(sealed_end(self.block_start, self.group_bytes)),
+            group_bytes: 0,
+            file_bytes: self.file_bytes,
+        }
+    }
+}
+
+/// The decoded prefix of a mirror's body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MirrorPrefix {
+    /// Offset of the group (its block's start).
+    pub group_start: u64,
+    /// LSN of the group's first record.
+    pub first_lsn: Lsn,
+    /// Records in the group.
+    pub count: u32,
+}
+
+/// Decodes a mirror body's prefix (`body` at least [`MIRROR_PREFIX_BYTES`] long).
+pub fn decode_mirror_prefix(body: &[u8]) -> Option<MirrorPrefix> {
+    if body.len() < MIRROR_PREFIX_BYTES || u32_at(body, 20) != 0 {
+        return None;
+    }
+    Some(MirrorPrefix {
+        group_start: u64_at(body, 0),
+        first_lsn: u64_at(body, 8),
+        count: u32_at(body, 16),
+    })
+}
+
+/// Appends the mirror record of a group (`frames`, starting at `group_start` with LSN
+/// `first_lsn`, `count` records), to be written at `offset` of a segment with `salt`.
+pub fn encode_mirror(
+    out: &mut Vec<u8>,
+    salt: u64,
+    offset: u64,
+    group: MirrorPrefix,
+    frames: &[u8],
+) {
+    let mut prefix = [0u8; MIRROR_PREFIX_BYTES];
+    prefix[0..8].copy_from_slice(&group.group_start.to_le_bytes());
+    prefix[8..16].copy_from_slice(&group.first_lsn.to_le_bytes());
+    prefix[16..20].copy_from_slice(&group.count.to_le_bytes());
+    let meta = RecordMeta {
+        lsn: group.first_lsn + u64::from(group.count) - 1,
+        record_type: RECORD_TYPE_MIRROR,
+        flags: FLAG_SKIPPABLE,
+        durable_delta: DURABLE_DELTA_NONE,
+    };
+    encode_record_parts(out, salt, offset, meta, &[&prefix, frames]);
+}
+
+/// Appends a close marker, to be written at `offset` (a block start) of a segment with
+/// `salt`, after the last record `last_lsn` (0: none).
+pub fn encode_close(out: &mut Vec<u8>, salt: u64, offset: u64, last_lsn: Lsn) {
+    let meta = RecordMeta {
+        lsn: last_lsn,
+        record_type: RECORD_TYPE_CLOSE,
+        flags: FLAG_SKIPPABLE,
+        durable_delta: DURABLE_DELTA_NONE,
+    };
+    encode_record_parts(out, salt, offset, meta, &[]);
 }
 
 /// Rounds `n` up to the record alignment.
@@ -289,18 +453,35 @@ pub struct RecordMeta {
 
 /// Appends the frame of one record, to be written at `offset` of a segment with `salt`.
 pub fn encode_record(out: &mut Vec<u8>, salt: u64, offset: u64, meta: RecordMeta, body: &[u8]) {
+    encode_record_parts(out, salt, offset, meta, &[body]);
+}
+
+/// [`encode_record`] with a body given in parts (concatenated).
+pub fn encode_record_parts(
+    out: &mut Vec<u8>,
+    salt: u64,
+    offset: u64,
+    meta: RecordMeta,
+    parts: &[&[u8]],
+) {
     assert_eq!(offset % RECORD_ALIGN as u64, 0, "records are 8-aligned");
-    let len = u32::try_from(body.len()).expect("body length was validated against u32");
+    let body_len: usize = parts.iter().map(|p| p.len()).sum();
+    let len = u32::try_from(body_len).expect("body length was validated against u32");
     let start = out.len();
-    let frame = frame_bytes(body.len());
+    let frame = frame_bytes(body_len);
+    out.reserve(frame);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&[0; 4]); // crc, below
+    out.push(meta.record_type);
+    out.push(meta.flags);
+    out.extend_from_slice(&[0; 2]);
+    out.extend_from_slice(&meta.lsn.to_le_bytes());
+    out.extend_from_slice(&meta.durable_delta.to_le_bytes());
+    for part in parts {
+        out.extend_from_slice(part);
+    }
     out.resize(start + frame, 0);
     let f = &mut out[start..];
-    f[LEN_OFFSET..CRC_OFFSET].copy_from_slice(&len.to_le_bytes());
-    f[TYPE_OFFSET] = meta.record_type;
-    f[FLAGS_OFFSET] = meta.flags;
-    f[LSN_OFFSET..DURABLE_DELTA_OFFSET].copy_from_slice(&meta.lsn.to_le_bytes());
-    f[DURABLE_DELTA_OFFSET..RECORD_HEADER_BYTES].copy_from_slice(&meta.durable_delta.to_le_bytes());
-    f[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + body.len()].copy_from_slice(body);
     let crc = record_crc(crc_seed(salt, offset), f);
     f[CRC_OFFSET..TYPE_OFFSET].copy_from_slice(&crc.to_le_bytes());
 }

@@ -15,8 +15,9 @@ use crate::Lsn;
 use crate::commit::{CommitError, DirtyRange, GroupCommit, Taken};
 use crate::error::Error;
 use crate::format::{
-    FLAGS_KNOWN, RECORD_TYPE_INVALID, RECORD_TYPE_USER_MAX, RecordMeta, SEGMENT_HEADER_BYTES,
-    durable_delta, encode_record, frame_bytes,
+    Cursor, FIRST_BLOCK_OFFSET, FLAGS_KNOWN, MirrorPrefix, Place, RECORD_TYPE_INVALID,
+    RECORD_TYPE_USER_MAX, RecordMeta, durable_delta, encode_close, encode_mirror, encode_record,
+    frame_bytes, next_block, sealed_end,
 };
 use crate::options::{Durability, WalOptions};
 use crate::reader::{Iter, SegmentView};
@@ -56,12 +57,44 @@ struct LogState<F> {
     segments: VecDeque<Segment<F>>,
     next_lsn: Lsn,
     scratch: Vec<u8>,
+    /// The open group of the current segment: records written since the last seal.
+    group: OpenGroup,
     closed: bool,
+}
+
+/// The records of the open commit block, kept to write its mirror when it is sealed.
+#[derive(Default)]
+struct OpenGroup {
+    /// The block's start (a page boundary); meaningful while `count > 0`.
+    start: u64,
+    first_lsn: Lsn,
+    /// Records in the group; 0: no group is open.
+    count: u32,
+    /// Their frames, as written.
+    frames: Vec<u8>,
 }
 
 impl<F> LogState<F> {
     fn current(&self) -> &Segment<F> {
         self.segments.back().expect("the log always has a segment")
+    }
+
+    /// The placement cursor of the current segment.
+    fn cursor(&self) -> Cursor {
+        let seg = self.current();
+        if self.group.count > 0 {
+            Cursor {
+                block_start: self.group.start,
+                group_bytes: self.group.frames.len() as u64,
+                file_bytes: seg.file_bytes,
+            }
+        } else {
+            Cursor {
+                block_start: seg.end,
+                group_bytes: 0,
+                file_bytes: seg.file_bytes,
+            }
+        }
     }
 }
 
@@ -101,6 +134,7 @@ impl<S: Storage> Wal<S> {
                 segments: segments.into(),
                 next_lsn: last_lsn + 1,
                 scratch: Vec::new(),
+                group: OpenGroup::default(),
                 closed: false,
             }),
             commit: GroupCommit::new(last_lsn),
@@ -292,7 +326,8 @@ impl<S: Storage> Wal<S> {
         if self.shared.commit.is_poisoned() {
             return Err(Error::Poisoned);
         }
-        self.wait_commit(self.shared.commit.written_lsn())
+        self.wait_commit(self.shared.commit.written_lsn())?;
+        self.shared.write_close_marker()
     }
 
     /// Stops the log the way a crash would, for tests and simulations: later calls get
@@ -356,7 +391,8 @@ impl<S: Storage> Wal<S> {
         Ok(last)
     }
 
-    /// Copies the frames into the storage, rolling as needed, and publishes them as written.
+    /// Copies the frames into the storage, sealing blocks and rolling as needed, and publishes
+    /// them as written.
     fn write_entries(&self, entries: &[Entry<'_>]) -> Result<Lsn, Error> {
         let sh = &*self.shared;
         let mut guard = lock(&sh.log);
@@ -367,59 +403,52 @@ impl<S: Storage> Wal<S> {
         if sh.commit.is_poisoned() {
             return Err(Error::Poisoned);
         }
-        sh.preallocate(log.current(), entries)?;
+        sh.preallocate(log, entries)?;
         let mut durable = sh.commit.durable_lsn();
-        let mut i = 0;
-        loop {
-            let seg = log.segments.back_mut().expect("a segment");
-            log.scratch.clear();
-            let start = seg.end;
-            let mut lsn = log.next_lsn;
-            while let Some(&(record_type, flags, body)) = entries.get(i) {
-                let frame = frame_bytes(body.len()) as u64;
-                if frame > seg.file_bytes - start - log.scratch.len() as u64
-                    || log.scratch.len() >= WRITE_CHUNK_BYTES
-                {
-                    break;
+        // LSN of the next frame encoded into `scratch` (`log.next_lsn` moves at each flush).
+        let mut lsn = log.next_lsn;
+        log.scratch.clear();
+        for &(record_type, flags, body) in entries {
+            let frame = frame_bytes(body.len()) as u64;
+            loop {
+                match log.cursor().place(frame) {
+                    Place::Group => break,
+                    Place::SealFirst => {
+                        sh.flush(log, lsn)?;
+                        sh.seal(log)?;
+                    }
+                    Place::Roll => {
+                        sh.flush(log, lsn)?;
+                        sh.roll(log)?;
+                        // The roll made everything durable: later records vouch for more.
+                        durable = sh.commit.durable_lsn();
+                    }
                 }
-                let offset = start + log.scratch.len() as u64;
-                let meta = RecordMeta {
-                    lsn,
-                    record_type,
-                    flags,
-                    durable_delta: durable_delta(lsn, durable),
-                };
-                encode_record(&mut log.scratch, seg.salt, offset, meta, body);
-                lsn += 1;
-                i += 1;
             }
-            if !log.scratch.is_empty() {
-                if let Err(e) = seg.file.write_at(start, &log.scratch) {
-                    sh.commit.poison();
-                    tracing::error!(segment = seg.id, offset = start, error = %e, "WAL write failed; poisoned");
-                    return Err(Error::Io(e));
-                }
-                let end = start + log.scratch.len() as u64;
-                seg.end = end;
-                seg.last_lsn = lsn - 1;
-                log.next_lsn = lsn;
-                let range = DirtyRange {
-                    segment_id: seg.id,
-                    file: Arc::clone(&seg.file),
-                    start,
-                    end,
-                };
-                sh.commit.publish_written(lsn - 1, range);
+            let seg = log.segments.back().expect("a segment");
+            if log.group.count == 0 {
+                log.group.start = seg.end;
+                log.group.first_lsn = lsn;
+                log.group.frames.clear();
             }
-            let Some(&(_, _, body)) = entries.get(i) else {
-                return Ok(lsn - 1);
+            let offset = log.group.start + log.group.frames.len() as u64;
+            let meta = RecordMeta {
+                lsn,
+                record_type,
+                flags,
+                durable_delta: durable_delta(lsn, durable),
             };
-            if frame_bytes(body.len()) as u64 > log.current().room_bytes() {
-                sh.roll(log)?;
-                // The roll made everything durable: later records vouch for more.
-                durable = sh.commit.durable_lsn();
+            let at = log.scratch.len();
+            encode_record(&mut log.scratch, seg.salt, offset, meta, body);
+            log.group.frames.extend_from_slice(&log.scratch[at..]);
+            log.group.count += 1;
+            lsn += 1;
+            if log.scratch.len() >= WRITE_CHUNK_BYTES {
+                sh.flush(log, lsn)?;
             }
         }
+        sh.flush(log, lsn)?;
+        Ok(lsn - 1)
     }
 }
 
@@ -428,15 +457,133 @@ impl<S: Storage> Shared<S> {
     /// with the `log` lock held (see [`Shared::wait_commit_locked`]).
     fn wait_commit(&self, lsn: Lsn) -> Result<(), Error> {
         self.commit_with(lsn, || {
-            let _log = lock(&self.log);
+            let mut log = lock(&self.log);
+            // Seal only when this caller will lead: sealing costs the block's padding.
+            if self.commit.would_lead(lsn) {
+                self.seal(&mut log).map_err(|e| match e {
+                    Error::Io(e) => CommitError::SyncFailed(e),
+                    _ => CommitError::Poisoned,
+                })?;
+            }
             self.commit.try_take(lsn)
         })
     }
 
     /// [`Shared::wait_commit`] for a caller that holds the `log` lock (a roll): nobody else can
     /// become leader meanwhile, so it waits for the sync in flight and then leads itself.
-    fn wait_commit_locked(&self, _log: &mut LogState<S::File>, lsn: Lsn) -> Result<(), Error> {
+    fn wait_commit_locked(&self, log: &mut LogState<S::File>, lsn: Lsn) -> Result<(), Error> {
+        self.seal(log)?;
         self.commit_with(lsn, || self.commit.try_take(lsn))
+    }
+
+    /// Writes the frames encoded in `scratch` (all of the open group) at the end of the
+    /// current segment and publishes them; `next_lsn` is the LSN after the last of them.
+    fn flush(&self, log: &mut LogState<S::File>, next_lsn: Lsn) -> Result<(), Error> {
+        if log.scratch.is_empty() {
+            return Ok(());
+        }
+        let seg = log.segments.back_mut().expect("a segment");
+        let start = seg.end;
+        if let Err(e) = seg.file.write_at(start, &log.scratch) {
+            self.commit.poison();
+            tracing::error!(segment = seg.id, offset = start, error = %e, "WAL write failed; poisoned");
+            return Err(Error::Io(e));
+        }
+        let end = start + log.scratch.len() as u64;
+        seg.end = end;
+        seg.last_lsn = next_lsn - 1;
+        log.next_lsn = next_lsn;
+        log.scratch.clear();
+        let range = DirtyRange {
+            segment_id: seg.id,
+            file: Arc::clone(&seg.file),
+            start,
+            end,
+        };
+        self.commit.publish_written(next_lsn - 1, range);
+        Ok(())
+    }
+
+    /// Seals the open group: writes its mirror at the next sector boundary after it, and moves
+    /// the segment's end to the next page boundary, where the next block starts. The mirror's
+    /// range is published dirty (with the gap before it, so it merges with the group's range
+    /// into one sync).
+    fn seal(&self, log: &mut LogState<S::File>) -> Result<(), Error> {
+        if log.group.count == 0 {
+            return Ok(());
+        }
+        if self.commit.is_poisoned() {
+            return Err(Error::Poisoned);
+        }
+        debug_assert!(log.scratch.is_empty(), "flushed before sealing");
+        let group = &log.group;
+        let seg = log.segments.back_mut().expect("a segment");
+        let group_end = group.start + group.frames.len() as u64;
+        assert_eq!(seg.end, group_end, "the group's frames are all written");
+        let mirror_end = sealed_end(group.start, group.frames.len() as u64);
+        let frame =
+            crate::format::frame_bytes(crate::format::MIRROR_PREFIX_BYTES + group.frames.len())
+                as u64;
+        let mirror_at = mirror_end - frame;
+        let prefix = MirrorPrefix {
+            group_start: group.start,
+            first_lsn: group.first_lsn,
+            count: group.count,
+        };
+        log.scratch.clear();
+        encode_mirror(&mut log.scratch, seg.salt, mirror_at, prefix, &group.frames);
+        if let Err(e) = seg.file.write_at(mirror_at, &log.scratch) {
+            self.commit.poison();
+            tracing::error!(segment = seg.id, offset = mirror_at, error = %e, "WAL write failed; poisoned");
+            return Err(Error::Io(e));
+        }
+        log.scratch.clear();
+        seg.end = next_block(mirror_end);
+        self.commit.publish_dirty(DirtyRange {
+            segment_id: seg.id,
+            file: Arc::clone(&seg.file),
+            start: group_end,
+            end: mirror_end,
+        });
+        log.group.count = 0;
+        log.group.frames.clear();
+        if log.group.frames.capacity() > 2 * crate::format::GROUP_BYTES_MAX as usize {
+            log.group.frames = Vec::new(); // one huge record: do not keep its buffer
+        }
+        Ok(())
+    }
+
+    /// After a clean shutdown synced everything: marks the end of the log with a close record
+    /// at the next block, so that the next open knows nothing needs to be made durable again.
+    /// The next open writes over it.
+    fn write_close_marker(&self) -> Result<(), Error> {
+        let mut guard = lock(&self.log);
+        let log = &mut *guard;
+        if self.commit.is_poisoned() {
+            return Err(Error::Poisoned);
+        }
+        if log.group.count > 0 {
+            return Ok(()); // not everything is sealed: nothing to vouch for
+        }
+        let last_lsn = log.next_lsn - 1;
+        let seg = log.segments.back().expect("a segment");
+        let at = seg.end;
+        if at + crate::format::RECORD_HEADER_BYTES as u64 > seg.file_bytes {
+            return Ok(()); // a full segment: the next open copies it instead
+        }
+        log.scratch.clear();
+        encode_close(&mut log.scratch, seg.salt, at, last_lsn);
+        let written = seg
+            .file
+            .write_at(at, &log.scratch)
+            .and_then(|()| seg.file.sync_range(at, log.scratch.len() as u64));
+        log.scratch.clear();
+        if let Err(e) = written {
+            self.commit.poison();
+            tracing::error!(segment = seg.id, offset = at, error = %e, "WAL close marker failed; poisoned");
+            return Err(Error::Io(e));
+        }
+        Ok(())
     }
 
     fn commit_with(
@@ -461,18 +608,29 @@ impl<S: Storage> Shared<S> {
     /// Creates a spare for every segment the entries will roll into, before anything is
     /// written, so running out of space leaves no half-written batch. On failure the spares
     /// made so far are removed (recovery removes any that survive a crash).
-    fn preallocate(&self, current: &Segment<S::File>, entries: &[Entry<'_>]) -> Result<(), Error> {
-        // The same packing rule as `write_entries`: roll when the next frame does not fit.
+    fn preallocate(&self, log: &LogState<S::File>, entries: &[Entry<'_>]) -> Result<(), Error> {
+        // The same placement rule as `write_entries`.
         let mut rolls = 0u64;
-        let mut room = current.room_bytes();
+        let mut cursor = log.cursor();
         for &(_, _, body) in entries {
             let frame = frame_bytes(body.len()) as u64;
-            if frame > room {
-                rolls += 1;
-                room = self.opts.segment_bytes - SEGMENT_HEADER_BYTES as u64;
+            loop {
+                match cursor.place(frame) {
+                    Place::Group => break,
+                    Place::SealFirst => cursor = cursor.sealed(),
+                    Place::Roll => {
+                        rolls += 1;
+                        cursor = Cursor {
+                            block_start: FIRST_BLOCK_OFFSET,
+                            group_bytes: 0,
+                            file_bytes: self.opts.segment_bytes,
+                        };
+                    }
+                }
             }
-            room -= frame;
+            cursor.group_bytes += frame;
         }
+        let current = log.current();
         for k in 1..=rolls {
             if let Err(e) = create_spare(&self.storage, current.id + k, self.opts.segment_bytes) {
                 for made in 1..k {
@@ -496,6 +654,7 @@ impl<S: Storage> Shared<S> {
             Ok(segment) => {
                 tracing::debug!(segment = id, first_lsn, "WAL rolled");
                 log.segments.push_back(segment);
+                log.group.count = 0;
                 Ok(())
             }
             Err(e) => {

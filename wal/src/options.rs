@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::format::{SEGMENT_HEADER_BYTES, frame_bytes};
+use crate::format::{FIRST_BLOCK_OFFSET, frame_bytes, sealed_end};
 
 /// How an append becomes durable before it returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -34,10 +34,10 @@ pub enum RecoveryMode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WalOptions {
     /// Size of every new segment file, in bytes. A multiple of 4096 (mapped files are paged),
-    /// at least [`WalOptions::SEGMENT_BYTES_MIN`]. Existing segments keep their size.
+    /// at least [`WalOptions::SEGMENT_BYTES_MIN`] (the header has the first page to itself). Existing segments keep their size.
     pub segment_bytes: u64,
-    /// The largest record body accepted by append, in bytes. A frame of this size must fit in
-    /// an empty segment.
+    /// The largest record body accepted by append, in bytes. A frame of this size, with its
+    /// mirror, must fit in an empty segment: about `(segment_bytes - 4096 - 600) / 2`.
     pub record_bytes_max: u32,
     /// When appends are durable.
     pub durability: Durability,
@@ -48,8 +48,8 @@ pub struct WalOptions {
 impl WalOptions {
     /// Default segment size: 64 MiB.
     pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
-    /// Smallest segment size accepted: one page.
-    pub const SEGMENT_BYTES_MIN: u64 = 4096;
+    /// Smallest segment size accepted: two pages (the header's and one commit block).
+    pub const SEGMENT_BYTES_MIN: u64 = 8192;
     /// Largest segment size accepted: 1 TiB (offsets stay far from overflow).
     pub const SEGMENT_BYTES_MAX: u64 = 1 << 40;
     /// Default record body limit: 1 MiB.
@@ -69,8 +69,8 @@ impl WalOptions {
                 Self::SEGMENT_BYTES_MAX
             ));
         }
-        let room = self.segment_bytes - SEGMENT_HEADER_BYTES as u64;
-        if frame_bytes(self.record_bytes_max as usize) as u64 > room {
+        let frame = frame_bytes(self.record_bytes_max as usize) as u64;
+        if sealed_end(FIRST_BLOCK_OFFSET, frame) > self.segment_bytes {
             return bad(format!(
                 "record_bytes_max = {} does not fit in a segment of {} bytes",
                 self.record_bytes_max, self.segment_bytes
@@ -104,20 +104,26 @@ mod tests {
     fn defaults_are_valid_and_limits_checked() {
         assert!(WalOptions::default().validate().is_ok());
         let small = WalOptions {
-            segment_bytes: 4096,
-            record_bytes_max: 4000,
+            segment_bytes: 8192,
+            record_bytes_max: 1500,
             ..Default::default()
         };
         assert!(small.validate().is_ok());
         let too_big = WalOptions {
-            record_bytes_max: 4010,
+            record_bytes_max: 2100,
             ..small.clone()
         };
         assert!(matches!(too_big.validate(), Err(Error::InvalidOptions(_))));
         let unaligned = WalOptions {
-            segment_bytes: 5000,
-            ..small
+            segment_bytes: 9000,
+            ..small.clone()
         };
         assert!(unaligned.validate().is_err());
+        let one_page = WalOptions {
+            segment_bytes: 4096,
+            record_bytes_max: 100,
+            ..small
+        };
+        assert!(one_page.validate().is_err());
     }
 }

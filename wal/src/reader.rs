@@ -6,8 +6,9 @@ use std::sync::Arc;
 use crate::Lsn;
 use crate::error::{CorruptionReason, Error};
 use crate::format::{
-    RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, check_record_crc, check_record_header, crc_seed,
-    decode_record_header, record_disposition,
+    FIRST_BLOCK_OFFSET, MIRROR_ALIGN, MIRROR_PREFIX_BYTES, RECORD_HEADER_BYTES, RECORD_TYPE_CLOSE,
+    RECORD_TYPE_MIRROR, align_to, check_record_crc, check_record_header, crc_seed,
+    decode_record_header, next_block, record_disposition,
 };
 use crate::log::Wal;
 use crate::segment::Window;
@@ -61,6 +62,8 @@ pub struct Iter<'a, S: Storage> {
     segments: Vec<SegmentView<S::File>>,
     index: usize,
     offset: u64,
+    /// Start of the commit block being read (to check its mirror, which is skipped).
+    block_start: u64,
     expected_lsn: Lsn,
     start_lsn: Lsn,
     last_lsn: Lsn,
@@ -82,7 +85,8 @@ impl<S: Storage> Iter<'_, S> {
         Self {
             segments,
             index,
-            offset: SEGMENT_HEADER_BYTES as u64,
+            offset: FIRST_BLOCK_OFFSET,
+            block_start: FIRST_BLOCK_OFFSET,
             expected_lsn,
             start_lsn,
             last_lsn,
@@ -133,7 +137,8 @@ impl<S: Storage> Iter<'_, S> {
                     let (id, expected, found) = (next.id, self.expected_lsn, next.first_lsn);
                     return self.fail(id, 0, CorruptionReason::HeaderFirstLsn { expected, found });
                 }
-                self.offset = SEGMENT_HEADER_BYTES as u64;
+                self.offset = FIRST_BLOCK_OFFSET;
+                self.block_start = FIRST_BLOCK_OFFSET;
                 self.window.reset();
                 continue;
             }
@@ -142,12 +147,46 @@ impl<S: Storage> Iter<'_, S> {
             if off + RECORD_HEADER_BYTES as u64 > end {
                 return self.fail(id, off, CorruptionReason::RecordLength { len: 0 });
             }
-            let h = match self.window.get(&*file, end, off, RECORD_HEADER_BYTES) {
+            let mut h = match self.window.get(&*file, end, off, RECORD_HEADER_BYTES) {
                 Ok(b) => decode_record_header(b),
                 Err(e) => return self.io_fail(e),
             };
-            if let Err(reason) = check_record_header(&h, end - off) {
-                return self.fail(id, off, reason);
+            // The group may end here, its mirror at the next sector boundary: its header names
+            // exactly this group's length (the gap before it is never read).
+            let mut at = off;
+            let m = align_to(off, MIRROR_ALIGN);
+            if off > self.block_start && m != off && m + RECORD_HEADER_BYTES as u64 <= end {
+                let mh = match self.window.get(&*file, end, m, RECORD_HEADER_BYTES) {
+                    Ok(b) => decode_record_header(b),
+                    Err(e) => return self.io_fail(e),
+                };
+                if mh.record_type == RECORD_TYPE_MIRROR
+                    && u64::from(mh.len) == MIRROR_PREFIX_BYTES as u64 + (off - self.block_start)
+                {
+                    at = m;
+                    h = mh;
+                }
+            }
+            if let Err(reason) = check_record_header(&h, end - at) {
+                return self.fail(id, at, reason);
+            }
+            if h.record_type == RECORD_TYPE_MIRROR {
+                // The mirror is the log's own: check that it is the one of this group (its
+                // copy was checked by recovery), skip it and its block's padding.
+                let group_bytes = off - self.block_start;
+                if group_bytes == 0
+                    || at != align_to(off, MIRROR_ALIGN)
+                    || u64::from(h.len) != MIRROR_PREFIX_BYTES as u64 + group_bytes
+                {
+                    return self.fail(id, at, CorruptionReason::Mirror);
+                }
+                self.offset = next_block(at + h.frame_bytes());
+                self.block_start = self.offset;
+                continue;
+            }
+            if at != off || h.record_type == RECORD_TYPE_CLOSE {
+                let record_type = h.record_type;
+                return self.fail(id, at, CorruptionReason::MisplacedLogRecord { record_type });
             }
             let frame = match self.window.get(&*file, end, off, h.frame_bytes() as usize) {
                 Ok(frame) => frame,

@@ -1,21 +1,32 @@
-//! Recovery on open: scan every segment, cut a torn tail, refuse damage to acknowledged data.
+//! Recovery on open: scan every segment block by block, repair a damaged group from its
+//! mirror, cut a torn tail, refuse damage to acknowledged data.
 //!
 //! The rules (see `docs/wal-format.md`, "Recovery"):
 //!
-//! 1. Leftover spares are removed. Segment ids must be consecutive.
+//! 1. Leftover spares and copies are removed. Segment ids must be consecutive.
 //! 2. Each segment's header must be valid and start at the previous segment's last LSN + 1.
 //!    The *last* segment may instead have a torn header and only zeros after it: a roll that
 //!    crashed before its header was durable. It is removed (its predecessor was synced before
 //!    the roll began, so nothing is lost).
-//! 3. Records are checked in order: crc, bounds, LSN = previous + 1. The first record that
-//!    fails, at offset `off` expecting LSN `L`, is the *damage*; so are non-zero bytes after the
-//!    end of the records.
-//! 4. Damage is a **torn tail** only if it is in the last segment and no crc-valid record at
-//!    or after it vouches for `L` (`lsn - durable_delta >= L`): then nothing at or after `L` was
-//!    ever acknowledged. A torn tail is zeroed (up to the last non-zero byte, so stale records
-//!    can not come back) and synced. Anything else is `Corrupted`, and nothing is modified.
-//! 5. The last segment is synced whole before anything is reported durable, because records
-//!    found in the page cache after a process crash may not be on disk yet.
+//! 3. Commit blocks are checked in order from offset 4096: the group's records (crc, bounds,
+//!    LSN = previous + 1), then its mirror at the next sector boundary, which must describe
+//!    exactly that group; the next block starts at the next page boundary. A clean close's
+//!    marker at a block start, or zeros from a block start to the end of the file, end the
+//!    segment.
+//! 4. When a block's records are damaged but a crc-valid mirror of that block exists, the
+//!    group is **repaired** from it. When the mirror alone is damaged (the next block, or the
+//!    end of a sealed segment, confirms where the group ended), it is ignored. Otherwise the
+//!    first failure, at offset `off` expecting LSN `L`, is the *damage*.
+//! 5. Damage is a **torn tail** only if it is in the last segment and no crc-valid record at
+//!    or after it vouches for `L` (`lsn - durable_delta >= L`). Anything else is `Corrupted`,
+//!    and nothing is modified.
+//! 6. A segment that needs a repair, and the last segment unless a clean close left it (its
+//!    close marker ends it, with zeros after), is **copied** into a fresh file (records up to
+//!    the cut, repaired groups, every block with its mirror), synced, and renamed over the old
+//!    one. Nothing already synced is ever written over in place, so a power cut during
+//!    recovery can not damage it; and records found in the page cache after a process crash
+//!    (maybe never written back, after a failed sync) are on disk before anything vouches for
+//!    them.
 
 use std::io;
 use std::time::{Duration, Instant};
@@ -23,21 +34,21 @@ use std::time::{Duration, Instant};
 use crate::Lsn;
 use crate::error::{CorruptionReason, Error};
 use crate::format::{
-    LSN_MAX, RECORD_ALIGN, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, SegmentHeader,
-    check_record_crc, check_record_header, crc_seed, decode_header, decode_record_header,
-    record_disposition,
+    FIRST_BLOCK_OFFSET, LSN_MAX, MIRROR_ALIGN, MIRROR_PREFIX_BYTES, MirrorPrefix, RECORD_ALIGN,
+    RECORD_HEADER_BYTES, RECORD_TYPE_CLOSE, RECORD_TYPE_MIRROR, RECORD_TYPE_USER_MAX, RecordHeader,
+    SEGMENT_HEADER_BYTES, SegmentHeader, align_to, check_record_crc, check_record_header, crc_seed,
+    decode_header, decode_mirror_prefix, decode_record_header, encode_mirror, next_block,
+    record_disposition, sealed_end,
 };
 use crate::options::{RecoveryMode, WalOptions};
 use crate::segment::{
-    Segment, Window, all_zero, install_segment, is_spare_file_name, parse_segment_file_name,
-    segment_file_name,
+    Segment, Window, all_zero, copy_file_name, create_error, install_segment, is_copy_file_name,
+    is_spare_file_name, parse_segment_file_name, segment_file_name,
 };
 use crate::storage::{Storage, StorageFile};
 
 /// Bytes read per call while scanning.
 const SCAN_CHUNK_BYTES: usize = 4 << 20;
-/// Bytes of zeros written per call while cutting a torn tail.
-const ZERO_CHUNK_BYTES: usize = 1 << 20;
 
 /// A torn tail that recovery cut off.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,8 +61,26 @@ pub struct TornTail {
     pub expected_lsn: Lsn,
     /// What was wrong there.
     pub reason: CorruptionReason,
-    /// Bytes zeroed, from `offset` to the last non-zero byte of the segment.
+    /// Bytes dropped, from `offset` to the last non-zero byte of the segment (the segment is
+    /// rewritten without them).
     pub bytes_zeroed: u64,
+}
+
+/// A commit block whose damaged records recovery rewrote from the block's mirror.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepairedGroup {
+    /// The segment.
+    pub segment: u64,
+    /// The block's offset.
+    pub offset: u64,
+    /// Where the damage was found.
+    pub damage_offset: u64,
+    /// What was wrong there.
+    pub reason: CorruptionReason,
+    /// The group's first LSN.
+    pub first_lsn: Lsn,
+    /// Its records.
+    pub records: u32,
 }
 
 /// What recovery found and did.
@@ -73,6 +102,14 @@ pub struct RecoveryReport {
     pub torn_tail: Option<TornTail>,
     /// Files removed: a torn roll's segment and leftover spares.
     pub removed_files: Vec<String>,
+    /// Groups repaired from their mirror (damaged records, intact mirror).
+    pub repaired_groups: Vec<RepairedGroup>,
+    /// Mirrors found damaged while their group was intact: ignored, and rewritten when the
+    /// segment is copied.
+    pub damaged_mirrors: u64,
+    /// Segments copied into a fresh file: the last one unless a clean close left it, and any
+    /// that needed a repair.
+    pub segments_copied: u64,
     /// Wall time recovery took.
     pub elapsed: Duration,
 }
@@ -80,13 +117,28 @@ pub struct RecoveryReport {
 /// The segments in id order (the last is appended to) and the report.
 pub(crate) type Recovered<F> = (Vec<Segment<F>>, RecoveryReport);
 
-/// The outcome of scanning one segment's records.
+/// One commit block as recovery found it.
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    start: u64,
+    group_bytes: u64,
+    /// Where a valid mirror of the group is, when the group itself is damaged.
+    repair_from: Option<u64>,
+    /// The block's mirror is missing or damaged (the copy writes a new one).
+    mirror_bad: bool,
+}
+
+/// The outcome of scanning one segment.
 struct Scan {
-    /// Offset after the last valid record.
+    /// The blocks with records, in order (the last may be a torn tail's surviving part).
+    blocks: Vec<Block>,
+    /// Where the next block starts (a clean close's marker, or after the last block).
     end: u64,
     /// LSN of the last valid record (`first_lsn - 1` if none).
     last_lsn: Lsn,
-    /// The first damage, as (offset, reason); `end` is then its offset.
+    /// A clean close's marker ended the segment (at `end`) with only zeros after it.
+    closed: bool,
+    /// The first damage that could not be repaired, as (offset, reason).
     damage: Option<(u64, CorruptionReason)>,
 }
 
@@ -114,10 +166,16 @@ pub(crate) fn recover<S: Storage>(
         bytes: 0,
         torn_tail: None,
         removed_files: Vec::new(),
+        repaired_groups: Vec::new(),
+        damaged_mirrors: 0,
+        segments_copied: 0,
         elapsed: Duration::ZERO,
     };
     let names = storage.list()?;
-    for name in names.iter().filter(|n| is_spare_file_name(n)) {
+    for name in names
+        .iter()
+        .filter(|n| is_spare_file_name(n) || is_copy_file_name(n))
+    {
         storage.remove(name)?;
         report.removed_files.push(name.clone());
     }
@@ -170,35 +228,20 @@ pub(crate) fn recover<S: Storage>(
                 break;
             }
         };
-        let scan = scan_segment(&file, &header, &mut window, &mut report)?;
-        let mut segment = Segment {
-            id,
-            salt: header.salt,
-            first_lsn: header.first_lsn,
-            file_bytes: file.len_bytes(),
-            end: scan.end,
-            last_lsn: scan.last_lsn,
-            file: file.into(),
-        };
+        let mut scan = scan_segment(&file, &header, &mut window, &mut report, opts)?;
         if let Some((offset, reason)) = scan.damage {
             let expected_lsn = scan.last_lsn + 1;
             if !is_last || opts.recovery_mode == RecoveryMode::Absolute {
                 tracing::error!(segment = id, offset, %reason, sealed = !is_last, "WAL damage refused");
                 return Err(corrupted(id, offset, reason));
             }
-            let look = look_ahead(
-                &*segment.file,
-                header.salt,
-                offset,
-                Some(expected_lsn),
-                &mut window,
-            )?;
+            let look = look_ahead(&file, header.salt, offset, Some(expected_lsn), &mut window)?;
             if let Some((voucher_offset, voucher_lsn)) = look.found {
                 tracing::error!(segment = id, offset, %reason, voucher_offset, voucher_lsn,
                     "WAL damage to acknowledged data: a later record vouches for it");
                 return Err(corrupted(id, offset, reason));
             }
-            let bytes_zeroed = zero_range(&*segment.file, offset, look.nonzero_end)?;
+            let bytes_zeroed = look.nonzero_end.saturating_sub(offset);
             tracing::warn!(segment = id, offset, expected_lsn, %reason, bytes_zeroed, "WAL torn tail cut");
             report.torn_tail = Some(TornTail {
                 segment: id,
@@ -207,9 +250,35 @@ pub(crate) fn recover<S: Storage>(
                 reason,
                 bytes_zeroed,
             });
-            segment.end = offset;
         }
-        segments.push(segment);
+        let repaired = scan
+            .blocks
+            .iter()
+            .any(|b| b.repair_from.is_some() || b.mirror_bad);
+        // The last segment is copied unless a clean close left it: its records may be only
+        // in the page cache (a process crash after a failed sync), or cut, or unsealed.
+        let copy = repaired
+            || (is_last && !scan.closed && (!scan.blocks.is_empty() || scan.damage.is_some()));
+        let mut file = file;
+        if copy {
+            if scan.damage.is_some() {
+                // The surviving part of the torn block is sealed anew by the copy.
+                if let Some(last) = scan.blocks.last_mut() {
+                    last.mirror_bad = true;
+                }
+            }
+            file = copy_segment(storage, file, id, header.salt, &mut scan, &mut window)?;
+            report.segments_copied += 1;
+        }
+        segments.push(Segment {
+            id,
+            salt: header.salt,
+            first_lsn: header.first_lsn,
+            file_bytes: file.len_bytes(),
+            end: scan.end,
+            last_lsn: scan.last_lsn,
+            file: file.into(),
+        });
     }
 
     if segments.is_empty() {
@@ -217,12 +286,8 @@ pub(crate) fn recover<S: Storage>(
         segments.push(install_segment(storage, 1, 1, opts.segment_bytes, false)?);
     }
     let last = segments.last().expect("at least one segment");
-    // Records read back from the page cache after a process crash may not be on disk yet;
-    // they are about to be vouched for, so make them durable first. A sync alone is not
-    // enough: after an earlier failed sync the kernel marks the pages clean without writing
-    // them, so they are rewritten (dirtied) first. Likewise the directory entries.
+    // The directory entries recovery relies on must be durable before anything vouches.
     storage.sync_dir()?;
-    rewrite_range(&*last.file, 0, last.end)?;
     report.segments = segments.len() as u64;
     report.first_lsn = segments[0].first_lsn;
     report.last_lsn = last.last_lsn;
@@ -237,7 +302,7 @@ fn read_header<F: StorageFile>(
     expected_first: Option<Lsn>,
 ) -> io::Result<Result<SegmentHeader, CorruptionReason>> {
     let file_bytes = file.len_bytes();
-    if file_bytes < (SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES) as u64 {
+    if file_bytes < FIRST_BLOCK_OFFSET + RECORD_HEADER_BYTES as u64 {
         return Ok(Err(CorruptionReason::FileTooSmall { bytes: file_bytes }));
     }
     let mut raw = [0u8; SEGMENT_HEADER_BYTES];
@@ -270,65 +335,390 @@ fn read_header<F: StorageFile>(
     Ok(verdict)
 }
 
-/// Scans the records of one segment until the end of its records or the first damage.
+/// What lies at an offset where a record may start.
+enum Found {
+    /// A crc-valid record (any type) with this header.
+    Valid(RecordHeader),
+    /// An all-zero header.
+    Zero,
+    /// Anything else, and why.
+    Bad(CorruptionReason),
+}
+
+fn record_at<F: StorageFile>(
+    file: &F,
+    window: &mut Window,
+    salt: u64,
+    off: u64,
+) -> io::Result<Found> {
+    let len = file.len_bytes();
+    if off + RECORD_HEADER_BYTES as u64 > len {
+        return Ok(Found::Bad(CorruptionReason::RecordLength { len: 0 }));
+    }
+    let h = decode_record_header(window.get(file, len, off, RECORD_HEADER_BYTES)?);
+    if h.is_zero() {
+        return Ok(Found::Zero);
+    }
+    if let Err(reason) = check_record_header(&h, len - off) {
+        return Ok(Found::Bad(reason));
+    }
+    let frame = window.get(file, len, off, h.frame_bytes() as usize)?;
+    Ok(match check_record_crc(&h, crc_seed(salt, off), frame) {
+        Ok(()) => Found::Valid(h),
+        Err(reason) => Found::Bad(reason),
+    })
+}
+
+/// Whether a crc-valid mirror at `at` describes the block at `block_start` whose first LSN is
+/// `first_lsn`, and its frames check out (every record valid at its place, LSNs in order).
+/// Returns the group's prefix and bytes.
+fn mirror_at<F: StorageFile>(
+    file: &F,
+    window: &mut Window,
+    salt: u64,
+    at: u64,
+    block_start: u64,
+    first_lsn: Lsn,
+) -> io::Result<Option<(MirrorPrefix, u64)>> {
+    let Found::Valid(h) = record_at(file, window, salt, at)? else {
+        return Ok(None);
+    };
+    if h.record_type != RECORD_TYPE_MIRROR || (h.len as usize) <= MIRROR_PREFIX_BYTES {
+        return Ok(None);
+    }
+    let len = file.len_bytes();
+    let frame = window.get(file, len, at, h.frame_bytes() as usize)?;
+    let body = &frame[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + h.len as usize];
+    let Some(prefix) = decode_mirror_prefix(body) else {
+        return Ok(None);
+    };
+    let frames = &body[MIRROR_PREFIX_BYTES..];
+    let group_bytes = frames.len() as u64;
+    if prefix.group_start != block_start
+        || prefix.first_lsn != first_lsn
+        || prefix.count == 0
+        || align_to(block_start + group_bytes, MIRROR_ALIGN) != at
+        || h.lsn != first_lsn + u64::from(prefix.count) - 1
+    {
+        return Ok(None);
+    }
+    // Every frame of the copy must be a valid record at its own place.
+    let mut rel = 0usize;
+    let mut lsn = first_lsn;
+    while rel < frames.len() {
+        if frames.len() - rel < RECORD_HEADER_BYTES {
+            return Ok(None);
+        }
+        let r = decode_record_header(&frames[rel..]);
+        if check_record_header(&r, (frames.len() - rel) as u64).is_err()
+            || r.record_type > RECORD_TYPE_USER_MAX && r.flags & crate::format::FLAG_SKIPPABLE == 0
+            || r.record_type == RECORD_TYPE_MIRROR
+            || r.record_type == RECORD_TYPE_CLOSE
+            || r.lsn != lsn
+        {
+            return Ok(None);
+        }
+        let f = &frames[rel..rel + r.frame_bytes() as usize];
+        if check_record_crc(&r, crc_seed(salt, block_start + rel as u64), f).is_err() {
+            return Ok(None);
+        }
+        rel += f.len();
+        lsn += 1;
+    }
+    if lsn - first_lsn != u64::from(prefix.count) {
+        return Ok(None);
+    }
+    Ok(Some((prefix, group_bytes)))
+}
+
+/// Scans the blocks of one segment until its end, a clean close's marker, or the first
+/// damage that its mirror can not repair.
 fn scan_segment<F: StorageFile>(
     file: &F,
     header: &SegmentHeader,
     window: &mut Window,
     report: &mut RecoveryReport,
+    opts: &WalOptions,
 ) -> Result<Scan, Error> {
     let len = file.len_bytes();
-    let mut off = SEGMENT_HEADER_BYTES as u64;
-    let mut lsn = header.first_lsn;
-    let damaged = |off, lsn: Lsn, reason| Scan {
-        end: off,
-        last_lsn: lsn - 1,
-        damage: Some((off, reason)),
+    let salt = header.salt;
+    let id = header.segment_id;
+    let mut scan = Scan {
+        blocks: Vec::new(),
+        end: FIRST_BLOCK_OFFSET,
+        last_lsn: header.first_lsn - 1,
+        closed: false,
+        damage: None,
     };
-    loop {
-        if off + RECORD_HEADER_BYTES as u64 > len
-            || all_zero(window.get(file, len, off, RECORD_HEADER_BYTES)?)
-        {
-            // The end of the records: everything after must be zero fill.
-            if rest_is_zero(file, window, off)? {
-                return Ok(Scan {
-                    end: off,
-                    last_lsn: lsn - 1,
-                    damage: None,
+    let mut b = FIRST_BLOCK_OFFSET;
+    let mut lsn = header.first_lsn;
+    while b < len {
+        scan.end = b;
+        // The group's records.
+        let first = lsn;
+        let mut o = b;
+        let (mut records, mut skipped, mut bytes) = (0u64, 0u64, 0u64);
+        let stop = loop {
+            // The group may end here, its mirror at the next sector boundary (the gap is never
+            // read: it may be shorter than a record header, or damaged).
+            if o > b && !o.is_multiple_of(MIRROR_ALIGN) {
+                let m = align_to(o, MIRROR_ALIGN);
+                if m + RECORD_HEADER_BYTES as u64 <= len {
+                    let mh = decode_record_header(window.get(file, len, m, RECORD_HEADER_BYTES)?);
+                    if mh.record_type == RECORD_TYPE_MIRROR
+                        && u64::from(mh.len) == MIRROR_PREFIX_BYTES as u64 + (o - b)
+                        && mirror_at(file, window, salt, m, b, first)?
+                            .is_some_and(|(p, _)| u64::from(p.count) == lsn - first)
+                    {
+                        break None;
+                    }
+                }
+            }
+            match record_at(file, window, salt, o)? {
+                Found::Zero => break None,
+                Found::Bad(reason) => break Some(reason),
+                Found::Valid(h)
+                    if h.record_type == RECORD_TYPE_MIRROR
+                        || h.record_type == RECORD_TYPE_CLOSE =>
+                {
+                    break None;
+                }
+                Found::Valid(h) if h.lsn != lsn => {
+                    break Some(CorruptionReason::RecordLsn {
+                        expected: lsn,
+                        found: h.lsn,
+                    });
+                }
+                Found::Valid(h) => {
+                    match record_disposition(&h) {
+                        Ok(true) => {}
+                        Ok(false) => skipped += 1,
+                        // A valid record this version can not read: not damage, but not to be
+                        // cut either.
+                        Err(reason) => return Err(corrupted(id, o, reason)),
+                    }
+                    records += 1;
+                    bytes += h.frame_bytes();
+                    o += h.frame_bytes();
+                    lsn += 1;
+                }
+            }
+        };
+        let count = lsn - first;
+        if stop.is_none() {
+            if count == 0 {
+                // A clean close's marker, or the end of the records.
+                if let Found::Valid(h) = record_at(file, window, salt, b)?
+                    && h.record_type == RECORD_TYPE_CLOSE
+                    && h.len == 0
+                    && h.lsn == lsn - 1
+                {
+                    scan.closed = rest_is_zero(file, window, b + h.frame_bytes())?;
+                    break;
+                }
+                if rest_is_zero(file, window, b)? {
+                    break;
+                }
+            } else if mirror_at(file, window, salt, align_to(o, MIRROR_ALIGN), b, first)?
+                .is_some_and(|(p, g)| u64::from(p.count) == count && g == o - b)
+            {
+                report.records += records;
+                report.skipped_records += skipped;
+                report.bytes += bytes;
+                scan.blocks.push(Block {
+                    start: b,
+                    group_bytes: o - b,
+                    repair_from: None,
+                    mirror_bad: false,
                 });
+                scan.last_lsn = lsn - 1;
+                b = next_block(sealed_end(b, o - b));
+                continue;
             }
-            return Ok(damaged(off, lsn, CorruptionReason::GarbageAfterEnd));
         }
-        let h = decode_record_header(window.get(file, len, off, RECORD_HEADER_BYTES)?);
-        if let Err(reason) = check_record_header(&h, len - off) {
-            return Ok(damaged(off, lsn, reason));
-        }
-        let frame = window.get(file, len, off, h.frame_bytes() as usize)?;
-        if let Err(reason) = check_record_crc(&h, crc_seed(header.salt, off), frame) {
-            return Ok(damaged(off, lsn, reason));
-        }
-        if h.lsn != lsn {
-            return Ok(damaged(
-                off,
-                lsn,
-                CorruptionReason::RecordLsn {
-                    expected: lsn,
-                    found: h.lsn,
-                },
-            ));
-        }
-        match record_disposition(&h) {
-            Ok(true) => report.records += 1,
-            Ok(false) => {
-                report.records += 1;
-                report.skipped_records += 1;
+        let reason = stop.unwrap_or(if count == 0 {
+            CorruptionReason::GarbageAfterEnd
+        } else {
+            CorruptionReason::Mirror
+        });
+        // A valid mirror of this block repairs it: the group's records are damaged.
+        if let Some((m, prefix, group_bytes)) = find_mirror(file, window, salt, b, first, o)? {
+            if opts.recovery_mode == RecoveryMode::Absolute {
+                return Err(corrupted(id, o, reason));
             }
-            // A valid record this version can not read: not damage, but not to be cut either.
-            Err(reason) => return Err(corrupted(header.segment_id, off, reason)),
+            tracing::warn!(segment = id, offset = b, damage_offset = o, %reason, first_lsn = first,
+                records = prefix.count, "WAL group repaired from its mirror");
+            report.repaired_groups.push(RepairedGroup {
+                segment: id,
+                offset: b,
+                damage_offset: o,
+                reason,
+                first_lsn: first,
+                records: prefix.count,
+            });
+            report.records += u64::from(prefix.count);
+            report.bytes += group_bytes;
+            scan.blocks.push(Block {
+                start: b,
+                group_bytes,
+                repair_from: Some(m),
+                mirror_bad: false,
+            });
+            lsn = first + u64::from(prefix.count);
+            scan.last_lsn = lsn - 1;
+            b = next_block(sealed_end(b, group_bytes));
+            continue;
         }
-        report.bytes += h.frame_bytes();
-        off += h.frame_bytes();
-        lsn += 1;
+        // The group looks whole and only its mirror is damaged, if what follows confirms
+        // where it ended: the next block goes on with the next LSN, or a sealed segment ends
+        // there (the next segment's header then names the next LSN).
+        if count > 0 && opts.recovery_mode != RecoveryMode::Absolute {
+            let next = next_block(sealed_end(b, o - b));
+            let confirmed = if next < len {
+                match record_at(file, window, salt, next)? {
+                    Found::Valid(h) if h.record_type <= RECORD_TYPE_USER_MAX => h.lsn == lsn,
+                    Found::Valid(h) if h.record_type == RECORD_TYPE_CLOSE => h.lsn == lsn - 1,
+                    _ => false,
+                }
+            } else {
+                false
+            };
+            if confirmed {
+                tracing::warn!(segment = id, offset = align_to(o, MIRROR_ALIGN), %reason,
+                    "WAL damaged mirror of an intact group ignored");
+                report.damaged_mirrors += 1;
+                report.records += records;
+                report.skipped_records += skipped;
+                report.bytes += bytes;
+                scan.blocks.push(Block {
+                    start: b,
+                    group_bytes: o - b,
+                    repair_from: None,
+                    mirror_bad: true,
+                });
+                scan.last_lsn = lsn - 1;
+                b = next;
+                continue;
+            }
+        }
+        // Damage. The records before it in this block survive a cut.
+        report.records += records;
+        report.skipped_records += skipped;
+        report.bytes += bytes;
+        if count > 0 {
+            scan.blocks.push(Block {
+                start: b,
+                group_bytes: o - b,
+                repair_from: None,
+                mirror_bad: true,
+            });
+        }
+        scan.last_lsn = lsn - 1;
+        scan.damage = Some((o, reason));
+        return Ok(scan);
+    }
+    scan.end = b.min(len);
+    Ok(scan)
+}
+
+/// Looks for a valid mirror of the block at `block_start` (first LSN `first_lsn`) at every
+/// sector boundary from `from` to the end of the file; returns its offset, prefix and bytes.
+fn find_mirror<F: StorageFile>(
+    file: &F,
+    window: &mut Window,
+    salt: u64,
+    block_start: u64,
+    first_lsn: Lsn,
+    from: u64,
+) -> io::Result<Option<(u64, MirrorPrefix, u64)>> {
+    let len = file.len_bytes();
+    let mut at = align_to(from.max(block_start + 1), MIRROR_ALIGN);
+    while at + RECORD_HEADER_BYTES as u64 <= len {
+        let h = decode_record_header(window.get(file, len, at, RECORD_HEADER_BYTES)?);
+        if h.record_type == RECORD_TYPE_MIRROR
+            && let Some((prefix, bytes)) =
+                mirror_at(file, window, salt, at, block_start, first_lsn)?
+        {
+            return Ok(Some((at, prefix, bytes)));
+        }
+        at += MIRROR_ALIGN;
+    }
+    Ok(None)
+}
+
+/// Writes segment `id` anew into a fresh file: its header, every block of `scan` (repaired
+/// groups from their mirror) each with a mirror, nothing after; syncs it and renames it over
+/// the segment. Returns the new file; `scan.end` becomes the next block.
+fn copy_segment<S: Storage>(
+    storage: &S,
+    old: S::File,
+    id: u64,
+    salt: u64,
+    scan: &mut Scan,
+    window: &mut Window,
+) -> Result<S::File, Error> {
+    let len = old.len_bytes();
+    let name = copy_file_name(id);
+    let new = storage
+        .create(&name, len)
+        .map_err(|e| create_error(id, e))?;
+    let result = (|| -> Result<u64, Error> {
+        let mut header = [0u8; SEGMENT_HEADER_BYTES];
+        old.read_at(0, &mut header)?;
+        new.write_at(0, &header)?;
+        let mut end = FIRST_BLOCK_OFFSET;
+        let mut frames = Vec::new();
+        let mut mirror = Vec::new();
+        for block in &scan.blocks {
+            let source = match block.repair_from {
+                Some(m) => m + (RECORD_HEADER_BYTES + MIRROR_PREFIX_BYTES) as u64,
+                None => block.start,
+            };
+            frames.resize(block.group_bytes as usize, 0);
+            old.read_at(source, &mut frames)?;
+            new.write_at(block.start, &frames)?;
+            let first_lsn = decode_record_header(&frames).lsn;
+            let mut count = 0u32;
+            let mut rel = 0usize;
+            while rel < frames.len() {
+                rel += decode_record_header(&frames[rel..]).frame_bytes() as usize;
+                count += 1;
+            }
+            let mirror_end = sealed_end(block.start, block.group_bytes);
+            let at = align_to(block.start + block.group_bytes, MIRROR_ALIGN);
+            mirror.clear();
+            let prefix = MirrorPrefix {
+                group_start: block.start,
+                first_lsn,
+                count,
+            };
+            encode_mirror(&mut mirror, salt, at, prefix, &frames);
+            debug_assert_eq!(at + mirror.len() as u64, mirror_end);
+            new.write_at(at, &mirror)?;
+            end = next_block(mirror_end);
+        }
+        new.sync_range(0, end.min(len))?;
+        storage.rename(&name, &segment_file_name(id))?;
+        storage.sync_dir()?;
+        Ok(end)
+    })();
+    drop(old);
+    window.reset();
+    match result {
+        Ok(end) => {
+            tracing::info!(
+                segment = id,
+                bytes = end,
+                "WAL segment rewritten into a fresh file"
+            );
+            scan.end = end;
+            Ok(new)
+        }
+        Err(e) => {
+            drop(new);
+            let _ = storage.remove(&name);
+            Err(e)
+        }
     }
 }
 
@@ -398,34 +788,4 @@ fn look_ahead<F: StorageFile>(
         found: None,
         nonzero_end,
     })
-}
-
-/// Writes `from..to` back over itself and syncs it, so that bytes the media may not hold (a
-/// failed sync dropped them, yet reads still see them) reach it.
-fn rewrite_range<F: StorageFile>(file: &F, from: u64, to: u64) -> io::Result<()> {
-    let mut buf = vec![0u8; (to.saturating_sub(from) as usize).min(SCAN_CHUNK_BYTES)];
-    let mut off = from;
-    while off < to {
-        let n = ((to - off) as usize).min(buf.len());
-        file.read_at(off, &mut buf[..n])?;
-        file.write_at(off, &buf[..n])?;
-        off += n as u64;
-    }
-    file.sync_range(from, to - from)
-}
-
-/// Zeroes `from..to` and syncs it; returns the bytes zeroed.
-fn zero_range<F: StorageFile>(file: &F, from: u64, to: u64) -> io::Result<u64> {
-    if to <= from {
-        return Ok(0);
-    }
-    let zeros = vec![0u8; ((to - from) as usize).min(ZERO_CHUNK_BYTES)];
-    let mut off = from;
-    while off < to {
-        let n = ((to - off) as usize).min(zeros.len());
-        file.write_at(off, &zeros[..n])?;
-        off += n as u64;
-    }
-    file.sync_range(from, to - from)?;
-    Ok(to - from)
 }

@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::Lsn;
 use crate::error::Error;
-use crate::format::{SEGMENT_HEADER_BYTES, SegmentHeader, encode_header};
+use crate::format::{FIRST_BLOCK_OFFSET, SEGMENT_HEADER_BYTES, SegmentHeader, encode_header};
 use crate::storage::{Storage, StorageFile};
 
 /// Suffix of segment files.
@@ -47,6 +47,19 @@ pub(crate) fn is_spare_file_name(name: &str) -> bool {
     parse_id(name, SPARE_SUFFIX).is_some()
 }
 
+/// Suffix of the fresh copy that recovery writes of a segment before renaming it into place.
+pub const COPY_SUFFIX: &str = ".wal.copy";
+
+/// The file name of recovery's copy of segment `id`.
+pub(crate) fn copy_file_name(id: u64) -> String {
+    format!("{id:016}{COPY_SUFFIX}")
+}
+
+/// Whether `name` is a leftover of recovery's copy (removed on open, like spares).
+pub(crate) fn is_copy_file_name(name: &str) -> bool {
+    parse_id(name, COPY_SUFFIX).is_some()
+}
+
 /// A new random salt. Only uniqueness matters (a stale record must not validate), not secrecy:
 /// std's randomly keyed hasher, a clock and a counter suffice without a `rand` dependency.
 pub(crate) fn random_salt() -> u64 {
@@ -69,17 +82,11 @@ pub(crate) struct Segment<F> {
     pub(crate) first_lsn: Lsn,
     pub(crate) file: Arc<F>,
     pub(crate) file_bytes: u64,
-    /// Offset just past the last record written.
+    /// Offset just past the last byte written: the end of the open group's frames, or, when no
+    /// group is open, the start of the next block (a page boundary).
     pub(crate) end: u64,
     /// LSN of the last record in it, `first_lsn - 1` when it has none.
     pub(crate) last_lsn: Lsn,
-}
-
-impl<F> Segment<F> {
-    /// Bytes left after the last record.
-    pub(crate) fn room_bytes(&self) -> u64 {
-        self.file_bytes - self.end
-    }
 }
 
 /// Maps a storage error from preallocating segment `id` to the crate error.
@@ -150,7 +157,7 @@ pub(crate) fn install_segment<S: Storage>(
         first_lsn,
         file: Arc::new(file),
         file_bytes,
-        end: SEGMENT_HEADER_BYTES as u64,
+        end: FIRST_BLOCK_OFFSET,
         last_lsn: first_lsn - 1,
     })
 }

@@ -1,19 +1,23 @@
-//! Bit flips in synced records that later valid records vouch for are refused as
+//! Media damage to synced data: a bit flip in a record is repaired from its commit block's
+//! mirror (and reported), a flip in a mirror alone is harmless, and damage to both copies of
+//! a group that later records vouch for (or in a sealed segment) is refused as
 //! `Corrupted { segment, offset }` naming the damaged record: never a panic, never a silent
-//! drop. Damage anywhere in a sealed segment (one followed by another) is refused too.
+//! drop.
 
 use std::fs;
 use std::path::Path;
 
-use timewheel_wal::format::{SEGMENT_HEADER_BYTES, frame_bytes};
+use timewheel_wal::format::{MIRROR_ALIGN, RECORD_HEADER_BYTES, align_to, frame_bytes};
 use timewheel_wal::testing::{CrashOptions, FaultDisk};
 use timewheel_wal::{Error, Wal, WalOptions};
 
 const BODY_BYTES: usize = 56;
+/// Each synced append is a commit block of its own, one page.
+const BLOCK: usize = 4096;
 
 fn opts() -> WalOptions {
     WalOptions {
-        segment_bytes: 4096,
+        segment_bytes: 8 * 4096,
         record_bytes_max: 512,
         ..Default::default()
     }
@@ -23,9 +27,17 @@ fn segment_path(dir: &Path, id: u64) -> std::path::PathBuf {
     dir.join(timewheel_wal::segment_file_name(id))
 }
 
-/// Offset of the `i`-th (0-based) record of a segment when all bodies are `BODY_BYTES` long.
+/// Offset of the `i`-th (0-based) record of a segment: one block per synced append.
 fn record_offset(i: usize) -> usize {
-    SEGMENT_HEADER_BYTES + i * frame_bytes(BODY_BYTES)
+    BLOCK + i * BLOCK
+}
+
+/// Offset of the mirror of the `i`-th record's block.
+fn mirror_offset(i: usize) -> usize {
+    align_to(
+        (record_offset(i) + frame_bytes(BODY_BYTES)) as u64,
+        MIRROR_ALIGN,
+    ) as usize
 }
 
 fn write_records(dir: &Path, n: usize) {
@@ -54,46 +66,99 @@ fn assert_corrupted<S: timewheel_wal::Storage>(
     }
 }
 
+fn bodies(wal: &Wal) -> Vec<Vec<u8>> {
+    wal.iter_from(1).map(|r| r.unwrap().body).collect()
+}
+
 #[test]
-fn every_bit_of_a_vouched_record_is_protected() {
+fn every_bit_of_a_record_is_repaired_from_its_mirror() {
     let dir = tempfile::tempdir().unwrap();
     write_records(dir.path(), 6);
     let path = segment_path(dir.path(), 1);
     let clean = fs::read(&path).unwrap();
-    let target = record_offset(2);
-    for byte in target..target + 24 + BODY_BYTES {
-        for bit in [0u8, 3, 7] {
+    // A record in the middle (vouched for by later ones) and the newest one (nothing after it
+    // vouches: the mirror is what tells its damage from a torn write).
+    for i in [2, 5] {
+        let target = record_offset(i);
+        for byte in target..target + RECORD_HEADER_BYTES + BODY_BYTES {
             let mut flipped = clean.clone();
-            flipped[byte] ^= 1 << bit;
+            flipped[byte] ^= 1 << (byte % 8);
             fs::write(&path, &flipped).unwrap();
-            assert_corrupted(Wal::open_dir(dir.path(), opts()), 1, target);
-            // Refusing modified nothing.
-            assert_eq!(fs::read(&path).unwrap(), flipped);
+            let (wal, report) = Wal::open_dir(dir.path(), opts()).unwrap();
+            assert_eq!(report.repaired_groups.len(), 1, "byte {byte}: {report:?}");
+            let repaired = &report.repaired_groups[0];
+            assert_eq!((repaired.segment, repaired.offset), (1, target as u64));
+            assert!(report.torn_tail.is_none());
+            assert_eq!(
+                bodies(&wal),
+                (0..6u8).map(|i| vec![i; BODY_BYTES]).collect::<Vec<_>>()
+            );
+            drop(wal);
+            // The repair was made durable: a second open finds nothing wrong.
+            let (_, again) = Wal::open_dir(dir.path(), opts()).unwrap();
+            assert!(again.repaired_groups.is_empty() && again.torn_tail.is_none());
         }
     }
 }
 
 #[test]
-fn damage_in_a_sealed_segment_is_corruption_even_at_its_end() {
+fn a_damaged_mirror_of_an_intact_group_is_harmless() {
     let dir = tempfile::tempdir().unwrap();
-    // 4096-byte segments hold (4096 - 64) / 80 = 50 records of 56 bytes (and 32 bytes of zero
-    // fill): 100 records roll once.
-    write_records(dir.path(), 100);
+    write_records(dir.path(), 6);
+    let path = segment_path(dir.path(), 1);
+    let clean = fs::read(&path).unwrap();
+    for i in [2, 5] {
+        let mut flipped = clean.clone();
+        flipped[mirror_offset(i) + 40] ^= 0x10;
+        fs::write(&path, &flipped).unwrap();
+        let (wal, report) = Wal::open_dir(dir.path(), opts()).unwrap();
+        assert_eq!(report.last_lsn, 6, "{report:?}");
+        assert!(report.repaired_groups.is_empty());
+        assert_eq!(bodies(&wal).len(), 6);
+    }
+}
+
+#[test]
+fn both_copies_damaged_under_a_voucher_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    write_records(dir.path(), 6);
+    let path = segment_path(dir.path(), 1);
+    let mut flipped = fs::read(&path).unwrap();
+    let target = record_offset(2);
+    flipped[target + 30] ^= 1;
+    flipped[mirror_offset(2) + 60] ^= 1;
+    fs::write(&path, &flipped).unwrap();
+    assert_corrupted(Wal::open_dir(dir.path(), opts()), 1, target);
+    assert_eq!(
+        fs::read(&path).unwrap(),
+        flipped,
+        "refusing modified nothing"
+    );
+}
+
+#[test]
+fn damage_in_a_sealed_segment_is_repaired_or_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    // 8-page segments hold 7 one-page blocks: 10 records roll once.
+    write_records(dir.path(), 10);
     assert!(segment_path(dir.path(), 2).exists());
     let path = segment_path(dir.path(), 1);
     let clean = fs::read(&path).unwrap();
-    // The last record of segment 1: nothing later in that segment vouches for it, but the
-    // existence of segment 2 proves it was durable.
-    let last = record_offset(49);
+    // The last record of segment 1: repaired from its mirror.
+    let last = record_offset(6);
     let mut flipped = clean.clone();
     flipped[last + 30] ^= 0x10;
     fs::write(&path, &flipped).unwrap();
+    let (_, report) = Wal::open_dir(dir.path(), opts()).unwrap();
+    assert_eq!(report.repaired_groups.len(), 1);
+    assert_eq!(report.last_lsn, 10);
+    // Both copies: corruption (the next segment proves it was durable).
+    fs::write(&path, &clean).unwrap();
+    let mut both = clean.clone();
+    both[last + 30] ^= 0x10;
+    both[mirror_offset(6) + 60] ^= 0x10;
+    fs::write(&path, &both).unwrap();
     assert_corrupted(Wal::open_dir(dir.path(), opts()), 1, last);
-    // Garbage after the records of a sealed segment.
-    let mut garbage = clean.clone();
-    garbage[4090] = 0xFF;
-    fs::write(&path, &garbage).unwrap();
-    assert_corrupted(Wal::open_dir(dir.path(), opts()), 1, record_offset(50));
     // A flipped header bit of a segment holding records, sealed or last: not a torn roll.
     let mut header = clean.clone();
     header[20] ^= 1;
@@ -110,24 +175,31 @@ fn damage_in_a_sealed_segment_is_corruption_even_at_its_end() {
 #[test]
 fn missing_middle_segment_is_corruption() {
     let dir = tempfile::tempdir().unwrap();
-    write_records(dir.path(), 200);
+    write_records(dir.path(), 30);
     assert!(segment_path(dir.path(), 4).exists());
     fs::remove_file(segment_path(dir.path(), 2)).unwrap();
     assert_corrupted(Wal::open_dir(dir.path(), opts()), 2, 0);
 }
 
 #[test]
-fn fault_disk_bit_flip_in_synced_record() {
+fn fault_disk_bit_flip_in_the_newest_synced_record_is_repaired() {
     let disk = FaultDisk::new(7);
     {
         let (wal, _) = Wal::open(disk.storage(), opts()).unwrap();
-        for i in 0..10u8 {
+        for i in 0..5u8 {
             wal.append(1, &[i; BODY_BYTES]).unwrap();
         }
+        wal.abandon(); // a crash: no close marker
     }
     let name = timewheel_wal::segment_file_name(1);
     let target = record_offset(4);
     disk.flip_bit(&name, (target + 24 + 5) as u64, 2);
     let crashed = disk.crash(&CrashOptions::clean());
-    assert_corrupted(Wal::open(crashed.storage(), opts()), 1, target);
+    let (wal, report) = Wal::open(crashed.storage(), opts()).unwrap();
+    assert_eq!(report.repaired_groups.len(), 1, "{report:?}");
+    assert_eq!(report.last_lsn, 5, "never cut silently");
+    assert_eq!(
+        wal.iter_from(5).next().unwrap().unwrap().body,
+        [4u8; BODY_BYTES]
+    );
 }

@@ -17,7 +17,7 @@ fn opts(rng: &mut SimRng) -> WalOptions {
         _ => Durability::Buffered,
     };
     WalOptions {
-        segment_bytes: 4096,
+        segment_bytes: 16384,
         record_bytes_max: 600,
         durability,
         ..Default::default()
@@ -171,13 +171,14 @@ fn media_faults_are_refused_or_harmless_never_invented() {
 
 #[test]
 fn stale_records_of_a_reused_segment_do_not_come_back() {
-    // Life 1 syncs 3 records, then leaves 20 more unsynced; the crash keeps them all, but
-    // record 8 is damaged, so valid old records 9.. follow a hole. Recovery cuts at record 8.
-    // Life 2 writes a different record 8 of the same size at the same offset and syncs it.
-    // The old record 9 (same segment, same salt, same offset, right LSN) must not come back.
+    // Life 1 syncs 3 records (the block at 4096), then leaves 20 more unsynced (the open block
+    // at 8192); the crash keeps them all, but record 8 is damaged, so valid old records 9..
+    // follow a hole, and the block has no mirror. Recovery cuts at record 8. Life 2 writes a
+    // different record 8 and syncs it. The old record 9 (same segment, same salt, right LSN)
+    // must not come back.
     let disk = FaultDisk::new(9);
     let opts = WalOptions {
-        segment_bytes: 8192,
+        segment_bytes: 32768,
         record_bytes_max: 600,
         durability: Durability::Buffered,
         ..Default::default()
@@ -190,14 +191,14 @@ fn stale_records_of_a_reused_segment_do_not_come_back() {
     wal.sync().unwrap();
     wal.append_batch(old[3..].iter().map(|b| (1, &b[..])))
         .unwrap();
-    // Frames are 128 bytes from offset 64: record 8 starts at 64 + 7 * 128 = 960.
-    disk.write_raw(&name, 960 + 40, &[0xFF; 8], false);
+    // Frames are 128 bytes from offset 8192 (record 4): record 8 starts at 8192 + 4 * 128.
+    disk.write_raw(&name, 8704 + 40, &[0xFF; 8], false);
     let disk = disk.crash(&CrashOptions::all_unsynced());
     drop(wal);
 
     let (wal, report) = Wal::open(disk.storage(), opts.clone()).unwrap();
     let torn = report.torn_tail.expect("record 8 is a torn tail");
-    assert_eq!((torn.segment, torn.offset, torn.expected_lsn), (1, 960, 8));
+    assert_eq!((torn.segment, torn.offset, torn.expected_lsn), (1, 8704, 8));
     assert_eq!(wal.last_lsn(), 7);
     assert_eq!(wal.append(1, &[0xEE; 100]).unwrap(), 8);
     wal.sync().unwrap();

@@ -2,8 +2,8 @@
 //! on-disk format can not drift silently; and the log writes exactly what the encoder says.
 
 use timewheel_wal::format::{
-    FLAG_SKIPPABLE, RecordMeta, SEGMENT_HEADER_BYTES, SegmentHeader, decode_header, encode_header,
-    encode_record,
+    FLAG_SKIPPABLE, MirrorPrefix, RecordMeta, SEGMENT_HEADER_BYTES, SegmentHeader, decode_header,
+    encode_close, encode_header, encode_mirror, encode_record,
 };
 use timewheel_wal::{Wal, WalOptions};
 
@@ -24,7 +24,7 @@ fn segment_header_bytes() {
     let bytes = encode_header(&header);
     let expected = concat!(
         "545757414c534547",         // magic "TWWALSEG"
-        "0100",                     // format version 1
+        "0200",                     // format version 2
         "01",                       // checksum kind 1: salted crc32
         "00",                       // header flags
         "00000000",                 // reserved
@@ -33,7 +33,7 @@ fn segment_header_bytes() {
         "0100000000000000",         // first LSN 1
         "0000010000000000",         // segment bytes 65536
         "000000000000000000000000", // reserved
-        "b1e2d69a",                 // header crc = crc32(bytes 0..60)
+        "a6e68320",                 // header crc = crc32(bytes 0..60)
     );
     assert_eq!(hex(&bytes), expected);
     assert_eq!(decode_header(&bytes), Ok(header));
@@ -48,10 +48,24 @@ fn three_records(salt: u64) -> Vec<u8> {
         flags,
         durable_delta: 1,
     };
-    encode_record(&mut out, salt, 64, meta(1, 1, 0), b"hello");
-    encode_record(&mut out, salt, 96, meta(2, 0x20, FLAG_SKIPPABLE), b"");
+    encode_record(&mut out, salt, 4096, meta(1, 1, 0), b"hello");
+    encode_record(&mut out, salt, 4128, meta(2, 0x20, FLAG_SKIPPABLE), b"");
     let body: Vec<u8> = (0..16).collect();
-    encode_record(&mut out, salt, 120, meta(3, 0xEF, 0), &body);
+    encode_record(&mut out, salt, 4152, meta(3, 0xEF, 0), &body);
+    out
+}
+
+/// The mirror of the three records (one group at 4096, 96 bytes of frames), at the next
+/// sector boundary, 4608.
+fn mirror(salt: u64) -> Vec<u8> {
+    let group = three_records(salt);
+    let mut out = Vec::new();
+    let prefix = MirrorPrefix {
+        group_start: 4096,
+        first_lsn: 1,
+        count: 3,
+    };
+    encode_mirror(&mut out, salt, 4608, prefix, &group);
     out
 }
 
@@ -59,9 +73,9 @@ fn three_records(salt: u64) -> Vec<u8> {
 fn record_bytes() {
     let bytes = three_records(SALT);
     let expected = concat!(
-        // offset 64: len 5 | crc | type 1 | flags 0 | reserved | lsn 1 | delta 1 | "hello" | pad 3
+        // offset 4096: len 5 | crc | type 1 | flags 0 | reserved | lsn 1 | delta 1 | "hello" | pad 3
         "05000000",
-        "6d7fef30",
+        "5c84e17d",
         "01",
         "00",
         "0000",
@@ -69,17 +83,17 @@ fn record_bytes() {
         "01000000",
         "68656c6c6f",
         "000000",
-        // offset 96: len 0 | crc | type 0x20 | skippable | reserved | lsn 2 | delta 1
+        // offset 4128: len 0 | crc | type 0x20 | skippable | reserved | lsn 2 | delta 1
         "00000000",
-        "ea672acc",
+        "c3e83fb4",
         "20",
         "01",
         "0000",
         "0200000000000000",
         "01000000",
-        // offset 120: len 16 | crc | type 0xEF | flags 0 | reserved | lsn 3 | delta 1 | 0..16
+        // offset 4152: len 16 | crc | type 0xEF | flags 0 | reserved | lsn 3 | delta 1 | 0..16
         "10000000",
-        "d38b14b2",
+        "0ef24f8e",
         "ef",
         "00",
         "0000",
@@ -111,10 +125,76 @@ fn the_log_writes_what_the_encoder_says() {
         (header.segment_id, header.first_lsn, header.segment_bytes),
         (1, 1, 0x1_0000)
     );
+    assert!(file[64..4096].iter().all(|&b| b == 0), "the header page");
+    // Three synced appends: three commit blocks, one page each, each record with its mirror
+    // at the next sector boundary; then the close marker at the next block.
+    let mut expected = vec![0u8; 0x1_0000];
+    expected[..64].copy_from_slice(&file[..64]);
     let records = three_records(header.salt);
-    assert_eq!(hex(&file[64..64 + records.len()]), hex(&records));
-    assert!(
-        file[64 + records.len()..].iter().all(|&b| b == 0),
-        "zero fill after the log"
+    let frames = [(4096usize, 0..32), (8192, 32..56), (12288, 56..96)];
+    for (i, (block, range)) in frames.into_iter().enumerate() {
+        let frame = &records[range];
+        // Each record alone in its block: re-encode it at its block's start.
+        let h = timewheel_wal::format::decode_record_header(frame);
+        let body = &frame[24..24 + h.len as usize];
+        let meta = RecordMeta {
+            lsn: h.lsn,
+            record_type: h.record_type,
+            flags: h.flags,
+            durable_delta: 1,
+        };
+        let mut rec = Vec::new();
+        encode_record(&mut rec, header.salt, block as u64, meta, body);
+        expected[block..block + rec.len()].copy_from_slice(&rec);
+        let mut m = Vec::new();
+        let prefix = MirrorPrefix {
+            group_start: block as u64,
+            first_lsn: i as u64 + 1,
+            count: 1,
+        };
+        encode_mirror(&mut m, header.salt, block as u64 + 512, prefix, &rec);
+        expected[block + 512..block + 512 + m.len()].copy_from_slice(&m);
+    }
+    let mut close = Vec::new();
+    encode_close(&mut close, header.salt, 16384, 3);
+    expected[16384..16384 + close.len()].copy_from_slice(&close);
+    assert_eq!(hex(&file), hex(&expected));
+}
+
+#[test]
+fn mirror_and_close_bytes() {
+    let m = mirror(SALT);
+    let expected_head = concat!(
+        // len 24 + 96 | crc | type 0xF1 | skippable | reserved | lsn 3 (the group's last) |
+        // delta none
+        "78000000",
+        "37645acf",
+        "f1",
+        "01",
+        "0000",
+        "0300000000000000",
+        "ffffffff",
+        // group_start 4096 | first_lsn 1 | count 3 | reserved
+        "0010000000000000",
+        "0100000000000000",
+        "03000000",
+        "00000000",
+    );
+    assert_eq!(hex(&m[..48]), expected_head);
+    assert_eq!(&m[48..], &three_records(SALT)[..], "the frames, verbatim");
+    let mut close = Vec::new();
+    encode_close(&mut close, SALT, 8192, 3);
+    // len 0 | crc | type 0xF2 | skippable | reserved | lsn 3 (the last) | delta none
+    assert_eq!(
+        hex(&close),
+        concat!(
+            "00000000",
+            "4fdf9053",
+            "f2",
+            "01",
+            "0000",
+            "0300000000000000",
+            "ffffffff"
+        )
     );
 }

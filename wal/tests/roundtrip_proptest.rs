@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 use timewheel_wal::{Durability, Record, Wal, WalOptions};
 
-const SEGMENT_BYTES: u64 = 8192;
+const SEGMENT_BYTES: u64 = 16384;
 const RECORD_BYTES_MAX: u32 = 3000;
 
 #[derive(Debug, Clone)]

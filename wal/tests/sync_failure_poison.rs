@@ -12,7 +12,7 @@ use timewheel_wal::{Durability, Error, Wal, WalOptions};
 
 fn opts(durability: Durability) -> WalOptions {
     WalOptions {
-        segment_bytes: 8192,
+        segment_bytes: 32 << 10,
         record_bytes_max: 1024,
         durability,
         ..Default::default()
@@ -121,11 +121,12 @@ fn concurrent_waiters_all_fail_and_nothing_after_is_acked() {
 fn failed_sync_at_a_roll_poisons() {
     let disk = FaultDisk::new(3);
     let (wal, _) = Wal::open(disk.storage(), opts(Durability::Buffered)).unwrap();
-    for _ in 0..7 {
+    // One open group: 13 frames of 1024 bytes and their mirror fit in a 32 KiB segment.
+    for _ in 0..13 {
         wal.append(1, &[1; 1000]).unwrap();
     }
     disk.set_sync_failure(SyncFailure::Next);
-    // The eighth does not fit: the roll must sync segment 1 first, and that fails.
+    // The 14th does not fit: the roll must sync segment 1 first, and that fails.
     assert!(matches!(wal.append(1, &[2; 1000]), Err(Error::Io(_))));
     assert!(matches!(wal.append(1, b"small"), Err(Error::Poisoned)));
     assert_eq!(wal.durable_lsn(), 0);
