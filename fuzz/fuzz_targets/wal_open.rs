@@ -51,6 +51,7 @@ struct Crash {
     bit_flips_synced: u8,
     misdirected_writes: u8,
     undo_dir_ops: bool,
+    garbled_sectors: u8,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -131,7 +132,7 @@ fuzz_target!(|data: &[u8]| {
 
 fn options(input: &Input) -> WalOptions {
     WalOptions {
-        segment_bytes: if input.two_page_segments { 8192 } else { 4096 },
+        segment_bytes: if input.two_page_segments { 16384 } else { 8192 },
         record_bytes_max: RECORD_BYTES_MAX,
         recovery_mode: if input.absolute {
             RecoveryMode::Absolute
@@ -409,6 +410,7 @@ fn run(input: Input) {
                 bit_flips_synced: u32::from(c.bit_flips_synced % 4),
                 misdirected_writes: u32::from(c.misdirected_writes % 3),
                 undo_dir_ops: c.undo_dir_ops,
+                garbled_sectors: u32::from(c.garbled_sectors % 3),
             };
             media_faults = opts.bit_flips_synced > 0 || opts.misdirected_writes > 0;
             let after = disk.crash(&opts);

@@ -4,7 +4,8 @@
 //! 1. the directory: the durable names, plus a prefix of the unsynced operations;
 //! 2. for each surviving file, in inode order: the durable image, plus each unsynced sector
 //!    (or each page of them) with probability `keep_unsynced`;
-//! 3. misdirected writes; 4. bit flips in kept unsynced bytes; 5. bit flips in synced data.
+//! 3. non-powersafe overwrite: whole sectors of pages being written back garbled; 4.
+//!    misdirected writes; 5. bit flips in kept unsynced bytes; 6. bit flips in synced data.
 
 use std::collections::BTreeMap;
 
@@ -17,8 +18,10 @@ use super::rng::SimRng;
 /// cut) and struct update syntax.
 ///
 /// The *power-cut* faults (`keep_unsynced`, `torn_pages`, `bit_flips_unsynced`,
-/// `undo_dir_ops`) never touch a byte that was synced and not written since: a correct log
-/// must recover every acknowledged record after them. The *media* faults
+/// `undo_dir_ops`) never touch a byte that was synced and not written since; nor does
+/// `garbled_sectors`, except in a page that holds unsynced writes (storage without powersafe
+/// overwrite): a correct log must recover every acknowledged record after them, which it can
+/// only do if it never writes again into a page that holds acknowledged data. The *media* faults
 /// (`bit_flips_synced`, `misdirected_writes`) can damage synced data: a correct log must
 /// then report corruption (or still recover everything), never silently lose or invent data.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +45,11 @@ pub struct CrashOptions {
     /// Lose a suffix of the unsynced directory operations (see `keep_unsynced`); otherwise
     /// all of them survive.
     pub undo_dir_ops: bool,
+    /// Non-powersafe overwrite: this many sectors, each picked among *all* the sectors of the
+    /// pages that hold unsynced writes (the page cache writes a dirty page back whole, so its
+    /// unchanged sectors are rewritten too), are garbled whole by the power cut: random bytes,
+    /// old or synced contents included. Skipped when no page holds unsynced writes.
+    pub garbled_sectors: u32,
 }
 
 impl Default for CrashOptions {
@@ -55,6 +63,7 @@ impl Default for CrashOptions {
             bit_flips_synced: 0,
             misdirected_writes: 0,
             undo_dir_ops: true,
+            garbled_sectors: 0,
         }
     }
 }
@@ -81,7 +90,8 @@ impl CrashOptions {
         }
     }
 
-    /// A random power cut (no media faults), covering the extremes often.
+    /// A random power cut (no media faults), covering the extremes often, on storage without
+    /// powersafe overwrite (one or two garbled sectors in pages being written back).
     pub fn random(rng: &mut SimRng) -> CrashOptions {
         let keep_unsynced = match rng.below(4) {
             0 => 0.0,
@@ -102,6 +112,7 @@ impl CrashOptions {
             bit_flips_synced: 0,
             misdirected_writes: 0,
             undo_dir_ops: rng.chance(0.5),
+            garbled_sectors: rng.between(1, 2) as u32,
         }
     }
 
@@ -175,6 +186,12 @@ impl FaultDisk {
             synced.insert(ino, on_media);
         }
 
+        if opts.garbled_sectors > 0 {
+            let candidates = sectors_of_dirty_pages(inodes, &dirty_all);
+            for _ in 0..opts.garbled_sectors {
+                garble(rng, inodes, &candidates, &mut images, &mut synced);
+            }
+        }
         for _ in 0..opts.misdirected_writes {
             misdirect(rng, inodes, &dirty_all, &mut images, &mut synced);
         }
@@ -212,6 +229,39 @@ fn surviving_names(old: &mut DiskState, opts: &CrashOptions) -> BTreeMap<String,
         op.apply(&mut names);
     }
     names
+}
+
+/// Every sector of every page that holds a dirty sector: what a write-back rewrites.
+fn sectors_of_dirty_pages(inodes: &BTreeMap<u64, Inode>, dirty_all: &[SectorId]) -> Vec<SectorId> {
+    let mut pages: Vec<(u64, usize)> = dirty_all
+        .iter()
+        .map(|&(ino, s)| (ino, s / SECTORS_PER_PAGE))
+        .collect();
+    pages.dedup();
+    pages
+        .into_iter()
+        .flat_map(|(ino, page)| {
+            let end = ((page + 1) * SECTORS_PER_PAGE).min(inodes[&ino].sector_count());
+            (page * SECTORS_PER_PAGE..end).map(move |s| (ino, s))
+        })
+        .collect()
+}
+
+/// One sector of a page being written back, garbled whole (random bytes).
+fn garble(
+    rng: &mut SimRng,
+    inodes: &BTreeMap<u64, Inode>,
+    candidates: &[SectorId],
+    images: &mut BTreeMap<u64, Vec<u8>>,
+    synced: &mut BTreeMap<u64, Vec<bool>>,
+) {
+    let Some(&(ino, s)) = rng.pick(candidates) else {
+        return;
+    };
+    let bytes = inodes[&ino].sector_bytes(s);
+    let image = images.get_mut(&ino).expect("surviving inode");
+    rng.fill(&mut image[bytes]);
+    synced.get_mut(&ino).expect("surviving inode")[s] = true;
 }
 
 /// One misdirected write: an unsynced sector's new content lands on another sector of its
