@@ -8,7 +8,18 @@ pub use timewheel_wal::{Durability, RecoveryMode};
 /// Milliseconds in an hour: the width of a bucket.
 pub const HOUR_MS: u64 = 3_600_000;
 
-/// The engine's configuration. Build it with [`Config::new`] and adjust the fields.
+/// The engine's configuration. Build it with [`Config::new`], then the setters (or assign the
+/// fields):
+///
+/// ```
+/// use std::time::Duration;
+/// use timewheel::{Config, Durability};
+/// let config = Config::new("/var/lib/myapp/timers")
+///     .durability(Durability::Periodic(Duration::from_millis(10)))
+///     .lease_ms(60_000)
+///     .payload_bytes_max(4 << 10);
+/// assert_eq!(config.lease_ms, 60_000);
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Config {
@@ -34,8 +45,9 @@ pub struct Config {
     /// Largest number of jobs the timer thread moves to the ready queue before it lets
     /// schedule and cancel calls through again.
     pub fires_per_advance_max: usize,
-    /// Longest request line the sidecar accepts.
-    pub line_bytes_max: usize,
+    /// Ids reserved in the log at a time (a `ReserveIds` record per block): larger blocks
+    /// mean fewer records, and more ids skipped (never reused) at each open.
+    pub id_block: u64,
     /// Run the timer thread. The simulation turns it off and calls `Engine::run_timers`
     /// itself, so that a seed alone decides what happens.
     pub timer_thread: bool,
@@ -55,7 +67,7 @@ impl Config {
             batch_jobs_max: 1 << 20,
             lease_ms: 30_000,
             fires_per_advance_max: 4096,
-            line_bytes_max: 1 << 20,
+            id_block: 1 << 16,
             timer_thread: true,
         }
     }
@@ -77,9 +89,81 @@ impl Config {
         if self.lease_ms == 0 {
             return bad("lease_ms", "must be positive");
         }
+        if self.id_block == 0 {
+            return bad("id_block", "must be positive");
+        }
         if self.fires_per_advance_max == 0 || self.batch_jobs_max == 0 {
             return bad("fires_per_advance_max", "limits must be positive");
         }
         Ok(())
+    }
+}
+
+/// Setters, one per field, for building a `Config` in one expression.
+impl Config {
+    /// Sets [`Config::durability`](Config#structfield.durability).
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// Sets [`Config::recovery_mode`](Config#structfield.recovery_mode).
+    pub fn recovery_mode(mut self, recovery_mode: RecoveryMode) -> Self {
+        self.recovery_mode = recovery_mode;
+        self
+    }
+
+    /// Sets [`Config::segment_bytes`](Config#structfield.segment_bytes).
+    pub fn segment_bytes(mut self, segment_bytes: u64) -> Self {
+        self.segment_bytes = segment_bytes;
+        self
+    }
+
+    /// Sets [`Config::payload_bytes_max`](Config#structfield.payload_bytes_max).
+    pub fn payload_bytes_max(mut self, payload_bytes_max: usize) -> Self {
+        self.payload_bytes_max = payload_bytes_max;
+        self
+    }
+
+    /// Sets [`Config::fail_reason_bytes_max`](Config#structfield.fail_reason_bytes_max).
+    pub fn fail_reason_bytes_max(mut self, fail_reason_bytes_max: usize) -> Self {
+        self.fail_reason_bytes_max = fail_reason_bytes_max;
+        self
+    }
+
+    /// Sets [`Config::due_ahead_ms_max`](Config#structfield.due_ahead_ms_max).
+    pub fn due_ahead_ms_max(mut self, due_ahead_ms_max: u64) -> Self {
+        self.due_ahead_ms_max = due_ahead_ms_max;
+        self
+    }
+
+    /// Sets [`Config::batch_jobs_max`](Config#structfield.batch_jobs_max).
+    pub fn batch_jobs_max(mut self, batch_jobs_max: usize) -> Self {
+        self.batch_jobs_max = batch_jobs_max;
+        self
+    }
+
+    /// Sets [`Config::lease_ms`](Config#structfield.lease_ms).
+    pub fn lease_ms(mut self, lease_ms: u64) -> Self {
+        self.lease_ms = lease_ms;
+        self
+    }
+
+    /// Sets [`Config::fires_per_advance_max`](Config#structfield.fires_per_advance_max).
+    pub fn fires_per_advance_max(mut self, fires_per_advance_max: usize) -> Self {
+        self.fires_per_advance_max = fires_per_advance_max;
+        self
+    }
+
+    /// Sets [`Config::id_block`](Config#structfield.id_block).
+    pub fn id_block(mut self, id_block: u64) -> Self {
+        self.id_block = id_block;
+        self
+    }
+
+    /// Sets [`Config::timer_thread`](Config#structfield.timer_thread).
+    pub fn timer_thread(mut self, timer_thread: bool) -> Self {
+        self.timer_thread = timer_thread;
+        self
     }
 }

@@ -19,8 +19,8 @@ pub enum Error {
         segment: u64,
         /// The byte offset in that segment.
         offset: u64,
-        /// What was wrong.
-        reason: String,
+        /// What was wrong, as the log found it.
+        reason: timewheel_wal::CorruptionReason,
     },
     /// An I/O error.
     #[error("I/O error: {0}")]
@@ -36,8 +36,9 @@ pub enum Error {
         /// Why it was refused.
         reason: String,
     },
-    /// A record passed its checksum but does not make sense to the engine (written by a
-    /// newer version, or a bug): recovery stops rather than guess.
+    /// A record passed its checksum but can not be replayed: it does not decode (written by a
+    /// newer version), or the one state machine refuses it (the live engine could not have
+    /// written it after the records before it). Recovery stops rather than guess.
     #[error("the log record at LSN {lsn} can not be replayed: {reason}")]
     UndecodableRecord {
         /// Its position in the log.
@@ -48,6 +49,15 @@ pub enum Error {
     /// The engine was closed.
     #[error("the engine is closed")]
     Closed,
+    /// The disk has no room for the log to grow; nothing was written.
+    #[error("no space left for the log (segment {segment}): {source}")]
+    NoSpace {
+        /// The log segment that could not be allocated.
+        segment: u64,
+        /// The storage's error.
+        #[source]
+        source: io::Error,
+    },
     /// Any other error from the log.
     #[error(transparent)]
     Wal(timewheel_wal::Error),
@@ -58,19 +68,6 @@ impl Error {
         Error::InvalidInput {
             field,
             reason: reason.into(),
-        }
-    }
-
-    /// A short, stable name for the kind of error, as the sidecar protocol reports it.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Error::Locked => "locked",
-            Error::Corrupted { .. } | Error::UndecodableRecord { .. } => "corrupted",
-            Error::Io(_) => "io",
-            Error::Poisoned => "poisoned",
-            Error::InvalidInput { .. } => "invalid_input",
-            Error::Closed => "closed",
-            Error::Wal(_) => "io",
         }
     }
 }
@@ -87,11 +84,12 @@ impl From<timewheel_wal::Error> for Error {
             } => Error::Corrupted {
                 segment,
                 offset,
-                reason: reason.to_string(),
+                reason,
             },
             W::Io(io) => Error::Io(io),
             W::Poisoned => Error::Poisoned,
             W::Closed => Error::Closed,
+            W::NoSpace { segment, source } => Error::NoSpace { segment, source },
             other => Error::Wal(other),
         }
     }

@@ -105,6 +105,8 @@ pub struct JobInfo {
     pub due_ms: u64,
     /// Deliveries so far (0 before the first claim).
     pub attempt: u32,
+    /// The payload.
+    pub payload: Arc<[u8]>,
 }
 
 /// A job a worker has claimed. Hand it back to `complete` or `fail` before `lease_until_ms`.
@@ -121,6 +123,29 @@ pub struct Claimed {
     pub payload: Arc<[u8]>,
     /// Whether the payload was marked binary.
     pub binary: bool,
+    /// When the job entered the ready queue (fired, or its previous lease ran out).
+    pub ready_at_ms: u64,
     /// When the lease runs out and the job is delivered again.
     pub lease_until_ms: u64,
+}
+
+/// What a cancel or reschedule did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// Done, and durable (under the configured durability).
+    Done,
+    /// The job is running (claimed): it can no longer be cancelled or moved. Its worker
+    /// completes or fails it; if its lease runs out it is ready again, and can be.
+    Running,
+    /// No such job: it never existed, already finished (completed, failed, cancelled), or its
+    /// schedule is not yet durable.
+    NotFound,
+}
+
+impl Outcome {
+    /// Whether the change was made.
+    pub fn is_done(self) -> bool {
+        self == Outcome::Done
+    }
 }

@@ -17,14 +17,13 @@
 //! let dir = std::env::temp_dir().join(format!("timewheel-doc-{}", std::process::id()));
 //! # let _ = std::fs::remove_dir_all(&dir);
 //! let engine = Engine::open(Config::new(&dir))?;
+//! // Durable when it returns; it can fire only from then on.
 //! let id = engine.schedule(JobSpec::after(Duration::from_millis(20)).payload("hello"))?;
 //!
-//! // A worker: take fired ids from the queue, claim, run, complete.
-//! let ready = engine.ready();
-//! let fired = ready.recv_timeout(Duration::from_secs(5)).expect("fires within 20 ms");
-//! assert_eq!(fired, id);
-//! let job = engine.claim(fired)?.expect("nobody cancelled it");
-//! assert_eq!(&job.payload[..], b"hello");
+//! // A worker: take a fired job and claim it in one step, run it, complete it.
+//! let job = engine.next(Duration::from_secs(5))?.expect("fires within 20 ms");
+//! assert_eq!((job.id, &job.payload[..]), (id, &b"hello"[..]));
+//! assert_eq!(job.attempt, 1); // the fencing token: unique per job, also across crashes
 //! assert!(engine.complete(&job)?);
 //! engine.close()?;
 //! # std::fs::remove_dir_all(&dir).ok();
@@ -42,14 +41,23 @@ pub mod config;
 mod engine;
 pub mod error;
 pub mod job;
+#[cfg(feature = "testing")]
 pub mod record;
+#[cfg(not(feature = "testing"))]
+mod record;
+#[cfg(feature = "sidecar")]
 pub mod sidecar;
 pub mod stats;
 pub mod wheel;
 
+// The README's examples are doc tests: they compile and run.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Config, Durability, RecoveryMode};
-pub use engine::Engine;
+pub use engine::{DrainReport, Engine, Pending};
 pub use error::{Error, Result};
-pub use job::{Claimed, Due, JobId, JobInfo, JobSpec, JobState};
+pub use job::{Claimed, Due, JobId, JobInfo, JobSpec, JobState, Outcome};
 pub use stats::{RecoveryStats, Stats};

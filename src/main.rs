@@ -32,6 +32,9 @@ enum Command {
     Demo(DemoArgs),
     /// Serve the engine as JSON lines on stdin/stdout (the sidecar protocol).
     Serve(ServeArgs),
+    /// The demo's crash part, in a process of its own that the demo kills (-9).
+    #[command(hide = true)]
+    DemoCrashChild(demo::CrashChildArgs),
 }
 
 /// Options of `timewheel serve`.
@@ -47,7 +50,7 @@ struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = Config::new("").lease_ms)]
     lease_ms: u64,
     /// Longest request line accepted; longer ones get a bad_request error.
-    #[arg(long, value_name = "N", default_value_t = Config::new("").line_bytes_max)]
+    #[arg(long, value_name = "N", default_value_t = ServeOptions::default().line_bytes_max)]
     max_line_bytes: usize,
 }
 
@@ -63,6 +66,13 @@ fn main() -> ExitCode {
             run_serve(args)
         }
         Some(Command::Demo(args)) => run_demo(args),
+        Some(Command::DemoCrashChild(args)) => match demo::crash_child(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("timewheel demo (crash part): {e}");
+                ExitCode::FAILURE
+            }
+        },
         None => run_demo(cli.demo),
     }
 }
@@ -81,7 +91,6 @@ fn run_demo(args: DemoArgs) -> ExitCode {
 fn run_serve(args: ServeArgs) -> ExitCode {
     let mut config = Config::new(&args.dir);
     config.lease_ms = args.lease_ms;
-    config.line_bytes_max = args.max_line_bytes;
     // Installed first, so that a SIGTERM during a long recovery also ends in a flush and
     // exit 0 (serving stops at once) rather than in death by signal.
     let stop = match stop_on_signals() {
@@ -99,6 +108,7 @@ fn run_serve(args: ServeArgs) -> ExitCode {
         }
     };
     let options = ServeOptions {
+        line_bytes_max: args.max_line_bytes,
         auto_complete: args.auto_complete,
         stop: Some(stop),
     };

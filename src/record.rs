@@ -12,7 +12,15 @@
 //! type 4  Claim       id u64 | attempt u32 | reserved u32 | lease_until_ms u64
 //! type 5  Complete    id u64 | attempt u32 | reserved u32
 //! type 6  Fail        id u64 | attempt u32 | reason_len u32 | reason (UTF-8) ...
+//! type 7  Expire      id u64 | attempt u32 | reserved u32
+//! type 8  ReserveIds  up_to u64
 //! ```
+//!
+//! `Expire` says that the lease of `attempt` ran out and the job waits to be claimed again; it
+//! is written (in the same append) in front of the cancel, reschedule or claim that follows
+//! the expiry, so the timer thread never writes. `ReserveIds` says that ids up to `up_to` may
+//! be handed out: it is appended in front of the first schedule that needs a new block, so an
+//! id is never handed out twice, even when a crash cut the tail of the log.
 //!
 //! `tenant` and `shard` are written as 0 today and keep their place for the multi-tenant and
 //! sharded engine; `max_attempts` (0 = the engine's default) is for retries; unknown `flags`
@@ -32,6 +40,10 @@ pub const TYPE_CLAIM: u8 = 4;
 pub const TYPE_COMPLETE: u8 = 5;
 /// Record type of a failure.
 pub const TYPE_FAIL: u8 = 6;
+/// Record type of a lease expiry.
+pub const TYPE_EXPIRE: u8 = 7;
+/// Record type of an id reservation.
+pub const TYPE_RESERVE_IDS: u8 = 8;
 
 /// Schedule flag: the payload is binary (the sidecar reports it as `payload_b64`).
 pub const FLAG_BINARY_PAYLOAD: u16 = 1 << 0;
@@ -117,6 +129,18 @@ pub enum Event<'a> {
         /// Why.
         reason: &'a str,
     },
+    /// The lease of a claimed job ran out; it waits to be claimed again.
+    Expire {
+        /// The job.
+        id: JobId,
+        /// The attempt whose lease ran out.
+        attempt: u32,
+    },
+    /// Ids up to `up_to` (inclusive) may be handed out.
+    ReserveIds {
+        /// The highest id reserved.
+        up_to: u64,
+    },
 }
 
 /// Why a record body could not be decoded.
@@ -139,18 +163,22 @@ impl Event<'_> {
             Event::Claim { .. } => TYPE_CLAIM,
             Event::Complete { .. } => TYPE_COMPLETE,
             Event::Fail { .. } => TYPE_FAIL,
+            Event::Expire { .. } => TYPE_EXPIRE,
+            Event::ReserveIds { .. } => TYPE_RESERVE_IDS,
         }
     }
 
-    /// The job this event is about.
-    pub fn id(&self) -> JobId {
+    /// The job this event is about (`None` for an id reservation).
+    pub fn id(&self) -> Option<JobId> {
         match self {
-            Event::Schedule(s) => s.id,
+            Event::Schedule(s) => Some(s.id),
             Event::Cancel { id }
             | Event::Reschedule { id, .. }
             | Event::Claim { id, .. }
             | Event::Complete { id, .. }
-            | Event::Fail { id, .. } => *id,
+            | Event::Fail { id, .. }
+            | Event::Expire { id, .. } => Some(*id),
+            Event::ReserveIds { .. } => None,
         }
     }
 
@@ -186,7 +214,7 @@ impl Event<'_> {
                 out.extend_from_slice(&0u32.to_le_bytes());
                 put_u64(out, *lease_until_ms);
             }
-            Event::Complete { id, attempt } => {
+            Event::Complete { id, attempt } | Event::Expire { id, attempt } => {
                 put_u64(out, id.0);
                 out.extend_from_slice(&attempt.to_le_bytes());
                 out.extend_from_slice(&0u32.to_le_bytes());
@@ -202,6 +230,7 @@ impl Event<'_> {
                 out.extend_from_slice(&len.to_le_bytes());
                 out.extend_from_slice(reason.as_bytes());
             }
+            Event::ReserveIds { up_to } => put_u64(out, *up_to),
         }
     }
 
@@ -271,6 +300,17 @@ impl Event<'_> {
                     attempt: u32_at(body, 8),
                 })
             }
+            TYPE_EXPIRE => {
+                exact(16)?;
+                reserved_zero(body, 12)?;
+                Ok(Event::Expire {
+                    id: id(),
+                    attempt: u32_at(body, 8),
+                })
+            }
+            TYPE_RESERVE_IDS => exact(8).map(|()| Event::ReserveIds {
+                up_to: u64_at(body, 0),
+            }),
             TYPE_FAIL => {
                 if body.len() < 16 {
                     return Err(err("short fail body"));
@@ -354,6 +394,11 @@ mod tests {
             attempt: 1,
             reason: "timeout ✓",
         });
+        roundtrip(Event::Expire {
+            id: JobId(3),
+            attempt: 4,
+        });
+        roundtrip(Event::ReserveIds { up_to: 1 << 40 });
     }
 
     #[test]

@@ -21,6 +21,8 @@ pub struct RecoveryStats {
     /// Jobs that were claimed but not finished when the engine stopped; they are delivered
     /// again with attempt + 1.
     pub interrupted: u64,
+    /// Records of a later version, marked skippable, that replay skipped.
+    pub skipped: u64,
     /// A torn tail cut off the log: `(segment, offset)`.
     pub torn_tail: Option<(u64, u64)>,
 }
@@ -55,8 +57,12 @@ pub struct Stats {
     pub overdue: u64,
     /// Jobs fired since open.
     pub fired: u64,
-    /// Deliveries repeated after a lease ran out, since open.
+    /// Deliveries repeated since open: leases that ran out, and jobs interrupted by a crash
+    /// or shutdown and delivered again at open.
     pub redelivered: u64,
+    /// Ready jobs nobody claimed within the lease (a worker took the id and died), queued
+    /// again, since open.
+    pub requeued: u64,
     /// Missed jobs found at open.
     pub missed_at_open: u64,
     /// Fire lateness percentiles since open, in microseconds: p50, p99, p99.9, max.
@@ -67,6 +73,13 @@ pub struct Stats {
     pub lateness_us_p999: u64,
     /// See `lateness_us_p50`.
     pub lateness_us_max: u64,
+    /// Time from the ready queue to the claim since open, in microseconds: p50, p99, max. How
+    /// long fired jobs wait for a worker.
+    pub claim_wait_us_p50: u64,
+    /// See `claim_wait_us_p50`.
+    pub claim_wait_us_p99: u64,
+    /// See `claim_wait_us_p50`.
+    pub claim_wait_us_max: u64,
 }
 
 impl Stats {
@@ -75,14 +88,14 @@ impl Stats {
         ready_queue_depth: usize,
         recovery: &RecoveryStats,
     ) -> Stats {
-        let h = view.lateness_us;
-        let q = |p: f64| {
+        let q = |h: &hdrhistogram::Histogram<u64>, p: f64| {
             if h.is_empty() {
                 0
             } else {
                 h.value_at_quantile(p)
             }
         };
+        let (h, w) = (view.lateness_us, view.claim_wait_us);
         Stats {
             scheduled: view.scheduled,
             ready: view.ready,
@@ -94,11 +107,15 @@ impl Stats {
             overdue: view.ready + view.scheduled_overdue,
             fired: view.fired,
             redelivered: view.redelivered,
+            requeued: view.requeued,
             missed_at_open: recovery.missed,
-            lateness_us_p50: q(0.5),
-            lateness_us_p99: q(0.99),
-            lateness_us_p999: q(0.999),
-            lateness_us_max: if h.is_empty() { 0 } else { h.max() },
+            lateness_us_p50: q(h, 0.5),
+            lateness_us_p99: q(h, 0.99),
+            lateness_us_p999: q(h, 0.999),
+            lateness_us_max: q(h, 1.0),
+            claim_wait_us_p50: q(w, 0.5),
+            claim_wait_us_p99: q(w, 0.99),
+            claim_wait_us_max: q(w, 1.0),
         }
     }
 }
@@ -113,7 +130,9 @@ pub(crate) struct StateView<'a> {
     pub failed: u64,
     pub fired: u64,
     pub redelivered: u64,
+    pub requeued: u64,
     /// At least one scheduled job is past due (the timer thread is behind): a lower bound.
     pub scheduled_overdue: u64,
     pub lateness_us: &'a hdrhistogram::Histogram<u64>,
+    pub claim_wait_us: &'a hdrhistogram::Histogram<u64>,
 }

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{T0, fire, open_sim};
-use timewheel::{JobSpec, JobState, ManualClock};
+use timewheel::{JobSpec, JobState, ManualClock, Outcome};
 use timewheel_wal::testing::FaultDisk;
 
 #[test]
@@ -16,10 +16,10 @@ fn cancelled_while_in_the_ready_queue_claim_returns_none() {
     clock.set(T0 + 10);
     assert_eq!(fire(&engine), vec![id]);
     assert_eq!(engine.get(id).map(|j| j.state), Some(JobState::Ready));
-    assert!(engine.cancel(id).expect("cancel"));
+    assert!(engine.cancel(id).expect("cancel").is_done());
     assert_eq!(engine.claim(id).expect("claim"), None);
     assert!(
-        !engine.cancel(id).expect("second cancel"),
+        !engine.cancel(id).expect("second cancel").is_done(),
         "already cancelled"
     );
     assert_eq!(engine.stats().cancelled, 1);
@@ -33,10 +33,15 @@ fn running_jobs_can_not_be_cancelled_or_rescheduled() {
     let id = engine.schedule(JobSpec::at(T0)).expect("scheduled");
     assert_eq!(fire(&engine), vec![id]);
     let claimed = engine.claim(id).expect("claim").expect("ready");
-    assert!(!engine.cancel(id).expect("cancel"));
-    assert!(!engine.reschedule(id, T0 + 5).expect("reschedule"));
+    assert_eq!(engine.cancel(id).expect("cancel"), Outcome::Running);
+    assert!(!engine.reschedule(id, T0 + 5).expect("reschedule").is_done());
     assert!(engine.complete(&claimed).expect("complete"));
-    assert!(!engine.cancel(id).expect("cancel after completion"));
+    assert!(
+        !engine
+            .cancel(id)
+            .expect("cancel after completion")
+            .is_done()
+    );
     assert!(!engine.complete(&claimed).expect("second complete"));
 }
 
@@ -47,7 +52,12 @@ fn rescheduled_while_queued_fires_again_at_the_new_time() {
     let engine = open_sim(&disk, &clock);
     let id = engine.schedule(JobSpec::at(T0)).expect("scheduled");
     assert_eq!(fire(&engine), vec![id]);
-    assert!(engine.reschedule(id, T0 + 1_000).expect("reschedule"));
+    assert!(
+        engine
+            .reschedule(id, T0 + 1_000)
+            .expect("reschedule")
+            .is_done()
+    );
     assert_eq!(
         engine.claim(id).expect("claim"),
         None,

@@ -71,7 +71,7 @@ fn run_seed(seed: u64) {
                         .nth(rng.below(acked.len().max(1) as u64) as usize)
                     {
                         assert!(
-                            engine.cancel(id).expect("cancel"),
+                            engine.cancel(id).expect("cancel").is_done(),
                             "seed {seed}: cancel {id}"
                         );
                         acked.remove(&id);
@@ -83,7 +83,7 @@ fn run_seed(seed: u64) {
                         .nth(rng.below(acked.len().max(1) as u64) as usize)
                     {
                         let due = T0 + rng.below(500);
-                        assert!(engine.reschedule(id, due).expect("reschedule"));
+                        assert!(engine.reschedule(id, due).expect("reschedule").is_done());
                         acked.get_mut(&id).expect("acked").due_ms = due;
                     }
                 }

@@ -20,8 +20,13 @@ fn every_acknowledged_change_survives_an_abandoned_engine() {
     let completed = engine.schedule(JobSpec::at(T0)).expect("ok");
     let interrupted = engine.schedule(JobSpec::at(T0)).expect("ok");
     let moved = engine.schedule(JobSpec::at(T0 + 5_000)).expect("ok");
-    assert!(engine.cancel(cancelled).expect("cancel"));
-    assert!(engine.reschedule(moved, T0 + 9_000).expect("reschedule"));
+    assert!(engine.cancel(cancelled).expect("cancel").is_done());
+    assert!(
+        engine
+            .reschedule(moved, T0 + 9_000)
+            .expect("reschedule")
+            .is_done()
+    );
     let mut fired = fire(&engine);
     fired.sort();
     assert_eq!(fired, vec![completed, interrupted]);

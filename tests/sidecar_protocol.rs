@@ -93,7 +93,7 @@ fn fired_events_carry_the_engine_clock_and_follow_their_replies() {
         let server = scope.spawn(|| {
             let options = ServeOptions {
                 auto_complete: true,
-                stop: None,
+                ..ServeOptions::default()
             };
             let end = serve(&engine, &config, reader, &mut out, options);
             (end.expect("serves"), out)
@@ -138,8 +138,8 @@ fn stop_ends_serving_while_the_input_stays_open() {
     writeln!(writer, "{}", json!({"op":"stats","req":"s"})).expect("write");
     stop_tx.send(()).expect("send stop");
     let options = ServeOptions {
-        auto_complete: false,
         stop: Some(stop_rx),
+        ..ServeOptions::default()
     };
     let end = serve(
         &engine,

@@ -120,7 +120,7 @@ struct MJob {
 struct Sim {
     disk: FaultDisk,
     clock: ManualClock,
-    engine: Option<Engine<FaultStorage>>,
+    engine: Option<Engine>,
     jobs: BTreeMap<JobId, MJob>,
     /// Jobs whose cancel, completion or failure was acknowledged.
     gone: BTreeSet<JobId>,
@@ -181,7 +181,7 @@ impl Sim {
         }
     }
 
-    fn engine(&self) -> &Engine<FaultStorage> {
+    fn engine(&self) -> &Engine {
         self.engine.as_ref().expect("open")
     }
 

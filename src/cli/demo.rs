@@ -3,8 +3,8 @@
 //! Part 1 schedules a million durable jobs due over the next few seconds from several threads,
 //! while a worker pool claims and completes them as they fire; it prints the scheduling
 //! throughput, the fire lateness and that every job fired exactly once.
-//! Part 2 schedules jobs due in one second, abandons the engine as a crash would, waits past
-//! their due time, reopens, and shows every missed job replayed.
+//! Part 2 schedules jobs due in one second in a child process, kills it (SIGKILL, a real
+//! crash), waits past their due time, reopens, and shows every missed job replayed.
 
 use std::error::Error;
 use std::path::PathBuf;
@@ -56,6 +56,35 @@ impl Default for DemoArgs {
 }
 
 type DynResult<T> = Result<T, Box<dyn Error>>;
+
+/// Options of the hidden `demo-crash-child` command.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CrashChildArgs {
+    /// Data directory.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Jobs to schedule.
+    #[arg(long)]
+    pub jobs: u64,
+    /// Their due time.
+    #[arg(long)]
+    pub due_ms: u64,
+}
+
+/// Schedules the jobs durably, prints `scheduled`, and waits to be killed.
+pub fn crash_child(args: &CrashChildArgs) -> DynResult<()> {
+    let engine = Engine::open(Config::new(&args.dir))?;
+    let mut k = 0;
+    while k < args.jobs {
+        let m = 10_000.min(args.jobs - k);
+        engine.schedule_batch((k..k + m).map(|_| JobSpec::at(args.due_ms)))?;
+        k += m;
+    }
+    println!("scheduled");
+    loop {
+        std::thread::sleep(Duration::from_secs(60));
+    }
+}
 
 /// Runs the demo.
 pub fn run(args: DemoArgs) -> DynResult<()> {
@@ -211,17 +240,32 @@ fn fire_part(args: &DemoArgs, dir: &std::path::Path) -> DynResult<()> {
 fn recovery_part(args: &DemoArgs, dir: &std::path::Path) -> DynResult<()> {
     let n = args.recovery_jobs;
     println!("\n2. Crash and recovery: {n} durable jobs due in 1 s, then the engine is abandoned");
-    let engine = Engine::open(Config::new(dir))?;
     let due = now_ms() + 1_000;
-    let mut ids = Vec::with_capacity(n as usize);
-    let mut k = 0;
-    while k < n {
-        let m = 10_000.min(n - k);
-        ids.extend(engine.schedule_batch((k..k + m).map(|_| JobSpec::at(due)))?);
-        k += m;
+    // A real crash: a child process schedules, says so, and is killed with SIGKILL.
+    let mut child = std::process::Command::new(std::env::current_exe()?)
+        .arg("demo-crash-child")
+        .arg("--dir")
+        .arg(dir)
+        .arg("--jobs")
+        .arg(n.to_string())
+        .arg("--due-ms")
+        .arg(due.to_string())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let mut said = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().expect("piped")),
+        &mut said,
+    )?;
+    child.kill()?;
+    let status = child.wait()?;
+    if said.trim() != "scheduled" {
+        return Err(format!("the crash child failed ({status}): {said:?}").into());
     }
-    engine.abandon();
-    println!("   abandoned the engine without closing it (as a crash would); waiting 2 s");
+    println!(
+        "   a child process scheduled them durably and was killed with SIGKILL ({status}); \
+         waiting 2 s"
+    );
     std::thread::sleep(Duration::from_secs(2));
     let reopened_at = Instant::now();
     let engine = Engine::open(Config::new(dir))?;

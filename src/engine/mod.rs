@@ -1,57 +1,91 @@
 //! The engine: durable schedule, cancel and reschedule over the log; the timer thread that
 //! fires due jobs into a queue of ids; claims with leases; recovery on open.
 //!
-//! Data flows one way (BRIEF.md section 3): a call appends its record to the log and applies
-//! the change to the in-memory state under one lock, then waits (outside the lock) until its
-//! record is durable, with group commit sharing each sync among concurrent callers. The timer
-//! thread moves due ids to the ready channel; a worker `claim`s an id, which re-reads the
-//! job's state, so a job cancelled after it was queued is skipped.
+//! Data flows one way (BRIEF.md section 3). Every live operation is *check, append, apply*:
+//! under the state lock a call checks its precondition, appends its records to the log, and
+//! applies exactly those records through the one transition function
+//! ([`state::State::apply`]) that replay uses too; then it waits, outside the lock, until its
+//! records are durable (group commit shares each sync among concurrent callers). A schedule
+//! is the exception that proves the rule "visible only when durable": it appends under the id
+//! lock only, and applies (puts the jobs on the wheel) after its records are durable, so no
+//! job fires or is claimed before it is on disk. Lock order and which threads may block on
+//! I/O: docs/design.md.
 
+mod erased;
+mod ids;
 mod recovery;
 mod state;
+mod table;
 mod timer;
+mod worker;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
-use timewheel_wal::storage::Storage;
+use crossbeam_channel::Receiver;
 use timewheel_wal::storage::mmap::MmapStorage;
 use timewheel_wal::{Durability, Lsn, Wal, WalOptions};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::job::{Claimed, Due, JobId, JobInfo, JobSpec, JobState};
-use crate::record::{Event, FLAG_BINARY_PAYLOAD, ScheduleRecord};
+use crate::job::{Due, JobId, JobInfo, JobSpec, JobState, Outcome};
+use crate::record::{Event, FLAG_BINARY_PAYLOAD, ScheduleRecord, TYPE_SCHEDULE};
 use crate::stats::{RecoveryStats, StateView, Stats};
-use state::{Payload, State};
+use erased::ErasedStorage;
+use ids::IdLedger;
+use state::{Mode, State, state_index};
 
 /// The durable timer and job engine. See the crate docs for an example.
 ///
-/// All methods take `&self`; share the engine between threads by reference or in an `Arc`.
-pub struct Engine<S: Storage = MmapStorage> {
-    shared: Arc<Shared<S>>,
+/// All methods take `&self`; share the engine between threads in an `Arc`.
+pub struct Engine {
+    shared: Arc<Shared>,
     timer: Mutex<Option<JoinHandle<()>>>,
 }
 
-pub(crate) struct Shared<S: Storage> {
-    wal: Wal<S>,
+pub(crate) struct Shared {
+    wal: Wal<ErasedStorage>,
     state: Mutex<State>,
+    /// Orders schedules: ids are taken and their records appended under it, so ids grow in
+    /// log order. Taken before `state` when both are needed (never, today).
+    ids: Mutex<IdLedger>,
     /// Wakes the timer thread.
     wake: Condvar,
+    /// Wakes a drain when a running job finishes.
+    finished: Condvar,
     clock: Arc<dyn Clock>,
     config: Config,
-    next_id: AtomicU64,
-    ready_tx: Sender<JobId>,
     ready_rx: Receiver<JobId>,
     stopping: AtomicBool,
     closed: AtomicBool,
     recovery: RecoveryStats,
 }
 
-impl Engine<MmapStorage> {
+/// Schedules appended to the log but not yet durable, nor visible: pass it to
+/// [`Engine::commit`]. Dropping it leaves the jobs invisible until the next open (if they
+/// became durable by then).
+#[must_use = "the jobs fire only once committed"]
+pub struct Pending {
+    lsn: Lsn,
+    /// The schedule records, exactly as appended.
+    body: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+/// What [`Engine::drain`] left behind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DrainReport {
+    /// Jobs still running when the timeout ran out: delivered again after the next open.
+    pub running: u64,
+    /// Jobs fired but not claimed: they fire again after the next open.
+    pub ready: u64,
+}
+
+impl Engine {
     /// Opens (or creates) the engine in `config.dir` on the system clock: locks the directory,
     /// recovers, and starts the timer thread.
     pub fn open(config: Config) -> Result<Self> {
@@ -62,15 +96,23 @@ impl Engine<MmapStorage> {
     pub fn open_with_clock(config: Config, clock: Arc<dyn Clock>) -> Result<Self> {
         config.validate()?;
         let storage = MmapStorage::open_dir(&config.dir)?;
-        Engine::open_on(storage, config, clock)
+        Self::open_erased(ErasedStorage::new(storage), config, clock)
     }
-}
 
-impl<S: Storage> Engine<S> {
     /// Opens the engine on any storage (the fault-injecting one in tests and the simulation).
     /// `config.dir` is not used.
-    pub fn open_on(storage: S, config: Config, clock: Arc<dyn Clock>) -> Result<Self> {
+    #[cfg(feature = "testing")]
+    pub fn open_on(
+        storage: impl timewheel_wal::Storage,
+        config: Config,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self> {
+        Self::open_erased(ErasedStorage::new(storage), config, clock)
+    }
+
+    fn open_erased(storage: ErasedStorage, config: Config, clock: Arc<dyn Clock>) -> Result<Self> {
         config.validate()?;
+        let open_started_ms = clock.now_ms();
         let options = WalOptions {
             segment_bytes: config.segment_bytes,
             record_bytes_max: u32::try_from(crate::record::schedule_record_bytes_max(&config))
@@ -80,20 +122,20 @@ impl<S: Storage> Engine<S> {
         };
         let (wal, report) = Wal::open(storage, options)?;
         let (ready_tx, ready_rx) = crossbeam_channel::unbounded();
-        let now_ms = clock.now_ms();
-        let (state, next_id, recovery) = recovery::replay(&wal, &report, now_ms, &ready_tx)?;
+        let mut state = State::new(clock.now_ms(), 0, config.lease_ms, ready_tx);
+        let replayed = recovery::replay(&wal, &report, &mut state, open_started_ms)?;
         let shared = Arc::new(Shared {
             wal,
             state: Mutex::new(state),
+            ids: Mutex::new(replayed.ids),
             wake: Condvar::new(),
+            finished: Condvar::new(),
             clock,
             config,
-            next_id: AtomicU64::new(next_id),
-            ready_tx,
             ready_rx,
             stopping: AtomicBool::new(false),
             closed: AtomicBool::new(false),
-            recovery,
+            recovery: replayed.recovery,
         });
         let weak = Arc::downgrade(&shared);
         shared.clock.on_advance(Arc::new(move || {
@@ -119,7 +161,8 @@ impl<S: Storage> Engine<S> {
         })
     }
 
-    /// Schedules one job. Returns once it is durable (under the configured durability).
+    /// Schedules one job. Returns once it is durable (under the configured durability); it
+    /// can fire only from then on.
     pub fn schedule(&self, spec: JobSpec) -> Result<JobId> {
         let ids = self.schedule_batch(std::iter::once(spec))?;
         Ok(ids[0])
@@ -128,24 +171,23 @@ impl<S: Storage> Engine<S> {
     /// Schedules many jobs with one log append and one durability wait. Either every job is
     /// accepted or, on bad input, none is and nothing is written.
     pub fn schedule_batch(&self, specs: impl IntoIterator<Item = JobSpec>) -> Result<Vec<JobId>> {
-        let (ids, lsn) = self.schedule_batch_nowait(specs)?;
-        self.wait_acknowledged(lsn)?;
+        let (ids, pending) = self.schedule_batch_nowait(specs)?;
+        self.commit(pending)?;
         Ok(ids)
     }
 
     /// Like [`Engine::schedule_batch`], but returns as soon as the jobs are in the log, with
-    /// the position to pass to [`Engine::wait_durable`]. The jobs may fire before they are
-    /// durable; a caller must not report them accepted before that wait returns.
+    /// the ids they will have. The jobs are neither durable nor visible (they do not fire, and
+    /// `get` does not show them) until [`Engine::commit`] returns `Ok`; a caller must not
+    /// report them accepted before that. Many pending batches share one sync: append them
+    /// all, then commit them in order.
     pub fn schedule_batch_nowait(
         &self,
         specs: impl IntoIterator<Item = JobSpec>,
-    ) -> Result<(Vec<JobId>, Lsn)> {
+    ) -> Result<(Vec<JobId>, Pending)> {
         let sh = &*self.shared;
         sh.check_open()?;
         let specs: Vec<JobSpec> = specs.into_iter().collect();
-        if specs.is_empty() {
-            return Ok((Vec::new(), sh.wal.last_lsn()));
-        }
         if specs.len() > sh.config.batch_jobs_max {
             return Err(Error::invalid(
                 "batch",
@@ -157,14 +199,14 @@ impl<S: Storage> Engine<S> {
         for spec in &specs {
             dues.push(sh.validate(spec, now_ms)?);
         }
-        // Everything is valid: nothing below refuses input.
-        let first = sh.next_id.fetch_add(specs.len() as u64, Ordering::Relaxed);
+        // Everything is valid: nothing below refuses input. The records are encoded with id 0
+        // outside every lock; their ids are written in under the id lock.
         let mut body = Vec::with_capacity(specs.len() * 48);
         let mut ends = Vec::with_capacity(specs.len());
-        for (i, spec) in specs.iter().enumerate() {
+        for (spec, &due_ms) in specs.iter().zip(&dues) {
             Event::Schedule(ScheduleRecord {
-                id: JobId(first + i as u64),
-                due_ms: dues[i],
+                id: JobId(0),
+                due_ms,
                 created_ms: now_ms,
                 tenant: 0,
                 shard: 0,
@@ -175,202 +217,132 @@ impl<S: Storage> Engine<S> {
             .encode(&mut body);
             ends.push(body.len());
         }
-        let records = ends.iter().scan(0, |start, &end| {
-            let r = (crate::record::TYPE_SCHEDULE, &body[*start..end]);
-            *start = end;
-            Some(r)
-        });
-        let mut ids = Vec::with_capacity(specs.len());
-        let mut earliest = u64::MAX;
+        drop(specs);
+        if ends.is_empty() {
+            let lsn = sh.wal.last_lsn();
+            return Ok((Vec::new(), Pending { lsn, body, ends }));
+        }
+        let mut reserve = Vec::with_capacity(8);
         let lsn = {
+            let mut ledger = lock(&sh.ids);
+            let before = *ledger;
+            let alloc = ledger.allocate(ends.len() as u64, sh.config.id_block);
+            let mut start = 0;
+            for (i, &end) in ends.iter().enumerate() {
+                body[start..start + 8].copy_from_slice(&(alloc.first + i as u64).to_le_bytes());
+                start = end;
+            }
+            if let Some(up_to) = alloc.reserve_up_to {
+                Event::ReserveIds { up_to }.encode(&mut reserve);
+            }
+            let reservation = alloc
+                .reserve_up_to
+                .map(|_| (crate::record::TYPE_RESERVE_IDS, &reserve[..]));
+            let records = reservation
+                .into_iter()
+                .chain(schedule_records(&body, &ends));
+            match sh.wal.append_batch_nowait(records) {
+                Ok(lsn) => lsn,
+                Err(e) => {
+                    // Nothing was written: the ids are not taken.
+                    *ledger = before;
+                    return Err(e.into());
+                }
+            }
+        };
+        let ids = schedule_records(&body, &ends)
+            .map(|(_, b)| JobId(u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))))
+            .collect();
+        Ok((ids, Pending { lsn, body, ends }))
+    }
+
+    /// Waits until a pending batch is durable (as the durability mode says an acknowledgement
+    /// must), then makes its jobs visible: from now on they fire, `get` shows them, and they
+    /// can be cancelled. On `Err` nothing was made visible; whether the jobs survive is
+    /// unknown until the next open.
+    pub fn commit(&self, pending: Pending) -> Result<()> {
+        let sh = &*self.shared;
+        if pending.ends.is_empty() {
+            return Ok(());
+        }
+        sh.wait_acknowledged(pending.lsn)?;
+        // In bounded chunks, so the timer thread and other callers get the lock in between.
+        const CHUNK: usize = 4096;
+        let mut start = 0;
+        for chunk in pending.ends.chunks(CHUNK) {
             let mut state = sh.lock_state();
-            let lsn = sh.wal.append_batch_nowait(records)?;
-            for (i, spec) in specs.into_iter().enumerate() {
-                let id = JobId(first + i as u64);
-                state.insert_scheduled(id, dues[i], Payload::new(&spec.payload), spec.binary);
-                earliest = earliest.min(dues[i]);
-                ids.push(id);
+            state.observe_time(sh.clock.now_ms());
+            let mut earliest = u64::MAX;
+            for (_, bytes) in schedule_records(&pending.body[start..], &rebase(chunk, start)) {
+                let event = Event::decode(TYPE_SCHEDULE, bytes).expect("encoded above");
+                if let Event::Schedule(s) = &event {
+                    earliest = earliest.min(s.due_ms);
+                }
+                state
+                    .apply(&event, Mode::Live)
+                    .expect("a new id is not in the table");
             }
             if earliest < state.sleeping_until_ms {
                 sh.wake.notify_all();
             }
-            lsn
-        };
-        Ok((ids, lsn))
+            start = *chunk.last().expect("chunks are not empty");
+        }
+        Ok(())
     }
 
-    /// Cancels a job that has not started. Returns `false` for an unknown, running or finished
-    /// job. A job already in the ready queue is cancelled too: its `claim` returns `None`.
-    pub fn cancel(&self, id: JobId) -> Result<bool> {
-        self.change(
-            id,
-            Event::Cancel { id },
-            |s| s.can_cancel(id),
-            |s| s.cancel(id),
-        )
+    /// Cancels a job that has not started. A job already in the ready queue is cancelled too:
+    /// its `claim` returns `None`. Durable when it returns `Outcome::Done`.
+    pub fn cancel(&self, id: JobId) -> Result<Outcome> {
+        Ok(self.cancel_batch(&[id])?[0])
     }
 
-    /// Moves a job that has not started to a new due time. Returns `false` for an unknown,
-    /// running or finished job.
-    pub fn reschedule(&self, id: JobId, due_ms: u64) -> Result<bool> {
+    /// Cancels many jobs with one log append and one durability wait; for each id, what
+    /// [`Engine::cancel`] would return (an id named twice is `NotFound` the second time).
+    pub fn cancel_batch(&self, ids: &[JobId]) -> Result<Vec<Outcome>> {
+        self.shared.change_batch(ids, |id| Event::Cancel { id })
+    }
+
+    /// Moves a job that has not started to a new due time. Durable when it returns
+    /// `Outcome::Done`.
+    pub fn reschedule(&self, id: JobId, due_ms: u64) -> Result<Outcome> {
         let sh = &*self.shared;
         sh.check_open()?;
         sh.validate_due(due_ms, sh.clock.now_ms())?;
-        let wake = &sh.wake;
-        self.change(
-            id,
-            Event::Reschedule { id, due_ms },
-            |s| s.can_reschedule(id),
-            |s| {
-                s.reschedule(id, due_ms);
-                if due_ms < s.sleeping_until_ms {
-                    wake.notify_all();
-                }
-            },
-        )
-    }
-
-    /// The ids of fired jobs. Many workers may share the receiver; each id comes out once per
-    /// firing. Claim each with [`Engine::claim`].
-    pub fn ready(&self) -> Receiver<JobId> {
-        self.shared.ready_rx.clone()
-    }
-
-    /// Claims a fired job: re-reads its state and leases it to the caller for
-    /// `Config::lease_ms`. Returns `None` when the job was cancelled, rescheduled, claimed or
-    /// finished after its id was queued.
-    ///
-    /// The claim is appended to the log but not waited for: it becomes durable with the next
-    /// sync, at the latest with this worker's `complete` or `fail`. After a crash a job whose
-    /// claim was lost is delivered again with the same attempt number; the worker that held
-    /// that attempt died with the process.
-    pub fn claim(&self, id: JobId) -> Result<Option<Claimed>> {
-        let sh = &*self.shared;
-        sh.check_open()?;
-        let mut state = sh.lock_state();
-        let now_ms = state.observe_time(sh.clock.now_ms());
-        let lease_until_ms = now_ms.saturating_add(sh.config.lease_ms);
-        let Some(claimed) = state.claim(id, lease_until_ms) else {
-            return Ok(None);
-        };
-        let event = Event::Claim {
-            id,
-            attempt: claimed.attempt,
-            lease_until_ms,
-        };
-        let mut body = Vec::with_capacity(24);
-        event.encode(&mut body);
-        sh.wal.append_nowait(event.record_type(), &body)?;
-        if lease_until_ms < state.sleeping_until_ms {
-            sh.wake.notify_all();
+        let wake = due_ms;
+        let out = sh.change_batch(&[id], |id| Event::Reschedule { id, due_ms })?;
+        if out[0] == Outcome::Done {
+            let state = sh.lock_state();
+            if wake < state.sleeping_until_ms {
+                sh.wake.notify_all();
+            }
         }
-        Ok(Some(claimed))
+        Ok(out[0])
     }
 
-    /// Completes a claimed job, durably. Returns `false` when the claim is no longer the
-    /// job's newest (its lease ran out and another worker claimed it) or the job is gone.
-    pub fn complete(&self, claimed: &Claimed) -> Result<bool> {
-        let (id, attempt) = (claimed.id, claimed.attempt);
-        self.change(
-            id,
-            Event::Complete { id, attempt },
-            |s| s.can_finish(id, attempt),
-            |s| s.finish(id, attempt, true),
-        )
-    }
-
-    /// Completes many claimed jobs with one log append and one durability wait: how a busy
-    /// worker keeps up with a burst. Returns, for each, what [`Engine::complete`] would.
-    pub fn complete_batch(&self, claimed: &[Claimed]) -> Result<Vec<bool>> {
-        let sh = &*self.shared;
-        sh.check_open()?;
-        let mut body = Vec::with_capacity(claimed.len() * 16);
-        let mut ends = Vec::with_capacity(claimed.len());
-        let mut done = Vec::with_capacity(claimed.len());
-        // A batch may name a job twice; only the first completion counts.
-        let mut seen = state::IdSet::with_capacity_and_hasher(claimed.len(), Default::default());
-        let lsn = {
-            let mut state = sh.lock_state();
-            for c in claimed {
-                let ok = state.can_finish(c.id, c.attempt) && seen.insert(c.id);
-                if ok {
-                    Event::Complete {
-                        id: c.id,
-                        attempt: c.attempt,
-                    }
-                    .encode(&mut body);
-                    ends.push(body.len());
-                }
-                done.push(ok);
-            }
-            if ends.is_empty() {
-                return Ok(done);
-            }
-            let records = ends.iter().scan(0, |start, &end| {
-                let r = (crate::record::TYPE_COMPLETE, &body[*start..end]);
-                *start = end;
-                Some(r)
-            });
-            let lsn = sh.wal.append_batch_nowait(records)?;
-            for (c, &ok) in claimed.iter().zip(&done) {
-                if ok {
-                    state.finish(c.id, c.attempt, true);
-                }
-            }
-            lsn
-        };
-        self.wait_acknowledged(lsn)?;
-        Ok(done)
-    }
-
-    /// Records that a claimed job failed, durably, and finishes it. Returns `false` like
-    /// [`Engine::complete`]. (Retries with backoff and dead letters come later.)
-    pub fn fail(&self, claimed: &Claimed, reason: &str) -> Result<bool> {
-        let sh = &*self.shared;
-        if reason.len() > sh.config.fail_reason_bytes_max {
-            return Err(Error::invalid(
-                "reason",
-                format!(
-                    "{} bytes; at most {}",
-                    reason.len(),
-                    sh.config.fail_reason_bytes_max
-                ),
-            ));
-        }
-        let (id, attempt) = (claimed.id, claimed.attempt);
-        self.change(
-            id,
-            Event::Fail {
-                id,
-                attempt,
-                reason,
-            },
-            |s| s.can_finish(id, attempt),
-            |s| s.finish(id, attempt, false),
-        )
-    }
-
-    /// A snapshot of a live job; `None` for unknown or finished jobs.
+    /// A snapshot of a live job, with its payload; `None` for unknown or finished jobs, and
+    /// for jobs whose schedule is not yet durable.
     pub fn get(&self, id: JobId) -> Option<JobInfo> {
         self.shared.lock_state().info(id)
     }
 
-    /// Counts, queue depth and fire lateness.
+    /// Counts, queue depth, fire lateness and claim wait.
     pub fn stats(&self) -> Stats {
         let sh = &*self.shared;
         let state = sh.lock_state();
         let now_ms = state.now_ms.max(sh.clock.now_ms());
         let view = StateView {
-            scheduled: state.in_state[state::state_index(JobState::Scheduled)],
-            ready: state.in_state[state::state_index(JobState::Ready)],
-            running: state.in_state[state::state_index(JobState::Running)],
+            scheduled: state.in_state[state_index(JobState::Scheduled)],
+            ready: state.in_state[state_index(JobState::Ready)],
+            running: state.in_state[state_index(JobState::Running)],
             completed: state.counters.completed,
             cancelled: state.counters.cancelled,
             failed: state.counters.failed,
             fired: state.counters.fired,
             redelivered: state.counters.redelivered,
+            requeued: state.counters.requeued,
             scheduled_overdue: u64::from(state.due.next_due().is_some_and(|d| d < now_ms)),
             lateness_us: &state.lateness_us,
+            claim_wait_us: &state.claim_wait_us,
         };
         Stats::collect(&view, sh.ready_rx.len(), &sh.recovery)
     }
@@ -378,11 +350,6 @@ impl<S: Storage> Engine<S> {
     /// What recovery found when this engine opened.
     pub fn recovery(&self) -> &RecoveryStats {
         &self.shared.recovery
-    }
-
-    /// Waits until everything appended up to `lsn` is durable.
-    pub fn wait_durable(&self, lsn: Lsn) -> Result<()> {
-        Ok(self.shared.wal.wait_durable(lsn)?)
     }
 
     /// Makes everything appended so far durable, whatever the durability mode.
@@ -394,26 +361,64 @@ impl<S: Storage> Engine<S> {
     /// Fires what is due now and expires leases, in the caller's thread. For engines opened
     /// with `Config::timer_thread` off (the simulation); harmless otherwise. Returns how many
     /// ids were queued.
+    #[cfg(feature = "testing")]
     pub fn run_timers(&self) -> usize {
         let sh = &*self.shared;
         let mut state = sh.lock_state();
         let mut total = 0;
         loop {
-            let (moved, _) = sh.run_timers_locked(&mut state, sh.config.fires_per_advance_max);
-            total += moved;
-            if moved < sh.config.fires_per_advance_max {
+            let run = sh.run_timers_locked(&mut state);
+            total += run.queued();
+            if !run.hit_bound(sh.config.fires_per_advance_max) {
                 return total;
             }
         }
     }
 
-    /// The next time something is due (a job or a lease deadline).
+    /// The next time something is due (a job, a claim deadline or a lease).
+    #[cfg(feature = "testing")]
     pub fn next_deadline(&self) -> Option<u64> {
         self.shared.lock_state().next_deadline()
     }
 
+    /// Graceful shutdown: stops firing, ends the ready stream (a `for id in engine.ready()`
+    /// loop ends once the ids already queued are taken, and [`Engine::next`] returns `None`),
+    /// lets workers finish what they hold for up to `timeout` (their `claim`, `complete` and
+    /// `fail` keep working), then shuts down (see [`Engine::shutdown`]). Jobs still running or ready are durable: they are
+    /// delivered again after the next open.
+    pub fn drain(&self, timeout: Duration) -> Result<DrainReport> {
+        let sh = &*self.shared;
+        sh.check_open()?;
+        let deadline = Instant::now() + timeout;
+        let mut state = sh.lock_state();
+        state.draining = true;
+        state.ready_tx = None;
+        sh.wake.notify_all();
+        loop {
+            let running = state.in_state[state_index(JobState::Running)];
+            let now = Instant::now();
+            if (running == 0 && sh.ready_rx.is_empty()) || now >= deadline {
+                let report = DrainReport {
+                    running,
+                    ready: state.in_state[state_index(JobState::Ready)],
+                };
+                drop(state);
+                self.shutdown()?;
+                return Ok(report);
+            }
+            // Woken by each finish; the short bound also catches ids taken off the queue.
+            let wait = (deadline - now).min(Duration::from_millis(5));
+            state = sh
+                .finished
+                .wait_timeout(state, wait)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
     /// Stops the timer thread and makes everything durable; later calls fail with `Closed`.
-    /// The directory stays locked until the engine is dropped.
+    /// Idempotent. For an engine shared in an `Arc`; the directory stays locked until the
+    /// engine is dropped. To let workers finish first, use [`Engine::drain`].
     pub fn shutdown(&self) -> Result<()> {
         let sh = &*self.shared;
         sh.closed.store(true, Ordering::Release);
@@ -421,18 +426,20 @@ impl<S: Storage> Engine<S> {
         if sh.wal.is_poisoned() {
             return Err(Error::Poisoned);
         }
-        sh.wal.sync()?;
+        // Syncs, and closes the log: whatever it writes on close is covered by this result.
+        sh.wal.shutdown()?;
         Ok(())
     }
 
-    /// Flushes, stops the threads and releases the directory lock. Dropping the engine does
-    /// the same, ignoring errors.
+    /// [`Engine::shutdown`], then releases the directory lock. Dropping the engine does the
+    /// same, ignoring errors.
     pub fn close(self) -> Result<()> {
         self.shutdown()
     }
 
     /// Stops the engine the way a crash would: the timer thread stops and the lock is
     /// released, but nothing is synced. Acknowledged jobs are durable already.
+    #[cfg(feature = "testing")]
     pub fn abandon(self) {
         self.shared.closed.store(true, Ordering::Release);
         self.stop_timer();
@@ -454,43 +461,9 @@ impl<S: Storage> Engine<S> {
             }
         }
     }
-
-    /// Appends one state change and applies it under the lock, then waits for durability.
-    fn change(
-        &self,
-        id: JobId,
-        event: Event<'_>,
-        allowed: impl FnOnce(&State) -> bool,
-        apply: impl FnOnce(&mut State),
-    ) -> Result<bool> {
-        let sh = &*self.shared;
-        sh.check_open()?;
-        debug_assert_eq!(event.id(), id);
-        let mut body = Vec::with_capacity(32);
-        event.encode(&mut body);
-        let lsn = {
-            let mut state = sh.lock_state();
-            if !allowed(&state) {
-                return Ok(false);
-            }
-            let lsn = sh.wal.append_nowait(event.record_type(), &body)?;
-            apply(&mut state);
-            lsn
-        };
-        self.wait_acknowledged(lsn)?;
-        Ok(true)
-    }
-
-    /// Waits as long as the durability mode says an acknowledgement must.
-    fn wait_acknowledged(&self, lsn: Lsn) -> Result<()> {
-        match self.shared.config.durability {
-            Durability::Sync => self.wait_durable(lsn),
-            _ => Ok(()),
-        }
-    }
 }
 
-impl<S: Storage> Drop for Engine<S> {
+impl Drop for Engine {
     fn drop(&mut self) {
         if !self.shared.stopping.load(Ordering::Acquire)
             && let Err(e) = self.shutdown()
@@ -500,12 +473,27 @@ impl<S: Storage> Drop for Engine<S> {
     }
 }
 
-impl<S: Storage> Shared<S> {
+/// The `(type, body)` pairs of schedule records laid end to end in `body`.
+fn schedule_records<'a>(body: &'a [u8], ends: &'a [usize]) -> impl Iterator<Item = (u8, &'a [u8])> {
+    ends.iter().scan(0, move |start, &end| {
+        let r = (TYPE_SCHEDULE, &body[*start..end]);
+        *start = end;
+        Some(r)
+    })
+}
+
+fn rebase(ends: &[usize], start: usize) -> Vec<usize> {
+    ends.iter().map(|e| e - start).collect()
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic under an engine lock broke an invariant; the state can not be trusted.
+    m.lock().expect("an engine lock poisoned by a panic")
+}
+
+impl Shared {
     fn lock_state(&self) -> MutexGuard<'_, State> {
-        // A panic under the lock broke an invariant; the state can not be trusted.
-        self.state
-            .lock()
-            .expect("engine state lock poisoned by a panic")
+        lock(&self.state)
     }
 
     fn check_open(&self) -> Result<()> {
@@ -516,6 +504,14 @@ impl<S: Storage> Shared<S> {
             return Err(Error::Poisoned);
         }
         Ok(())
+    }
+
+    /// Waits as long as the durability mode says an acknowledgement must.
+    fn wait_acknowledged(&self, lsn: Lsn) -> Result<()> {
+        match self.config.durability {
+            Durability::Sync => Ok(self.wal.wait_durable(lsn)?),
+            _ => Ok(()),
+        }
     }
 
     /// Checks a spec against the limits; returns its due time.
@@ -557,18 +553,65 @@ impl<S: Storage> Shared<S> {
         Ok(())
     }
 
-    /// Fires due jobs and expires leases, at most `max` of each. Returns how many moved.
-    fn run_timers_locked(&self, state: &mut State, max: usize) -> (usize, usize) {
+    /// Fires due jobs and expires leases, a bounded amount of each.
+    fn run_timers_locked(&self, state: &mut State) -> state::TimerRun {
         state.observe_time(self.clock.now_ms());
-        let now_us = self.clock.now_us();
-        let fired = state.fire_due(now_us, max, &self.ready_tx);
-        let expired = state.expire_leases(max, &self.ready_tx);
-        (fired.max(expired), fired + expired)
+        let run = state.run_timers(self.clock.now_us(), self.config.fires_per_advance_max);
+        if run.expired > 0 && state.draining {
+            self.finished.notify_all();
+        }
+        run
     }
-}
 
-#[allow(dead_code)]
-fn assert_engine_is_send_and_sync() {
-    fn send_sync<T: Send + Sync>() {}
-    send_sync::<Engine>();
+    /// Cancel or reschedule many jobs: check, append, apply under the state lock, then wait.
+    fn change_batch(
+        &self,
+        ids: &[JobId],
+        event: impl Fn(JobId) -> Event<'static>,
+    ) -> Result<Vec<Outcome>> {
+        self.check_open()?;
+        let mut plan = worker::Plan::default();
+        let mut seen = table::IdSet::with_capacity_and_hasher(ids.len(), Default::default());
+        let mut out = Vec::with_capacity(ids.len());
+        let lsn = {
+            let mut state = self.lock_state();
+            for &id in ids {
+                let outcome = match state.can_change(id) {
+                    _ if !seen.insert(id) => Outcome::NotFound,
+                    Some(job) => {
+                        if job.lease_open {
+                            plan.push(&Event::Expire {
+                                id,
+                                attempt: job.attempt,
+                            });
+                        }
+                        plan.push(&event(id));
+                        Outcome::Done
+                    }
+                    None if state.jobs.contains_key(&id) => Outcome::Running,
+                    None => Outcome::NotFound,
+                };
+                out.push(outcome);
+            }
+            if plan.is_empty() {
+                return Ok(out);
+            }
+            self.append_apply(&mut state, &plan)?
+        };
+        self.wait_acknowledged(lsn)?;
+        Ok(out)
+    }
+
+    /// Appends the planned records and applies exactly what was appended (decoded back, as
+    /// replay will read it). Nothing is applied when the append fails.
+    fn append_apply(&self, state: &mut State, plan: &worker::Plan) -> Result<Lsn> {
+        let lsn = self.wal.append_batch_nowait(plan.records())?;
+        for (record_type, body) in plan.records() {
+            let event = Event::decode(record_type, body).expect("encoded by the plan");
+            if let Err(why) = state.apply(&event, Mode::Live) {
+                panic!("live precondition held but the log's rule refused {event:?}: {why}");
+            }
+        }
+        Ok(lsn)
+    }
 }

@@ -1,133 +1,89 @@
 //! Rebuilding the engine's state from the log on open.
 //!
-//! The log has already been scanned and any torn tail cut off (`Wal::open`). Here every record
-//! is replayed in log order straight into the job table (borrowed from the log's read buffer:
-//! no allocation per record, one hash map), then the timers are rebuilt:
+//! The log has already been scanned and any torn tail cut off (`Wal::open`). Every record is
+//! replayed in log order through the same transition function the live calls use
+//! ([`State::apply`], and the id rules of [`IdLedger`]); a record that function refuses could
+//! not have been written by this engine, and the open fails with `Error::UndecodableRecord` naming its
+//! LSN. Then the timers are armed:
 //! - jobs whose due time passed while the engine was down (missed jobs) go to the ready queue
 //!   at once, in due order;
-//! - jobs that were claimed but not finished lose their claim: they fire again, and the next
-//!   claim gets attempt + 1;
+//! - jobs that were claimed but not finished (interrupted) are ready again; their next claim
+//!   gets attempt + 1, which no worker has seen, because a claim is durable before a worker
+//!   gets it;
 //! - cancelled, completed and failed jobs are gone and never fire again.
 
 use std::time::Instant;
 
-use crossbeam_channel::Sender;
+use timewheel_wal::format::FLAG_SKIPPABLE;
 use timewheel_wal::storage::Storage;
 use timewheel_wal::{RecoveryReport, Wal};
 
-use super::state::{Counters, Job, Payload, State};
+use super::ids::IdLedger;
+use super::state::{Mode, State};
 use crate::error::{Error, Result};
-use crate::job::{JobId, JobState};
-use crate::record::{Event, FLAG_BINARY_PAYLOAD};
+use crate::record::Event;
 use crate::stats::RecoveryStats;
 
-/// Replays the log. Returns the state, the next job id and what recovery found.
+/// What replay rebuilt.
+pub(super) struct Replayed {
+    pub ids: IdLedger,
+    pub recovery: RecoveryStats,
+}
+
+/// Replays the whole log into `state` (empty, its clock at `now_ms`).
 pub(super) fn replay<S: Storage>(
     wal: &Wal<S>,
     report: &RecoveryReport,
-    now_ms: u64,
-    ready: &Sender<JobId>,
-) -> Result<(State, u64, RecoveryStats)> {
+    state: &mut State,
+    open_started_ms: u64,
+) -> Result<Replayed> {
     let started = Instant::now();
-    let mut state = State::new(now_ms, 0);
-    // Replayed jobs sit in the table without timers; a claimed one is marked `Running`.
-    let jobs = &mut state.jobs;
-    let mut counters = Counters::default();
-    let mut max_id = 0u64;
+    let mut ids = IdLedger::default();
     let mut records = 0u64;
+    let mut skipped = 0u64;
     let mut iter = wal.iter_from(0);
     while let Some(record) = iter.next_ref() {
         let record = record?;
         records += 1;
-        let bad = |reason: String| Error::UndecodableRecord {
+        let refuse = |reason: String| Error::UndecodableRecord {
             lsn: record.lsn,
             reason,
         };
-        let event =
-            Event::decode(record.record_type, record.body).map_err(|e| bad(e.to_string()))?;
-        let id = event.id();
-        match event {
-            Event::Schedule(s) => {
-                max_id = max_id.max(id.0);
-                let job = Job {
-                    due_ms: s.due_ms,
-                    attempt: 0,
-                    state: JobState::Scheduled,
-                    binary: s.flags & FLAG_BINARY_PAYLOAD != 0,
-                    payload: Payload::new(s.payload),
-                    timer: None,
-                    lease_until_ms: 0,
-                };
-                if jobs.insert(id, job).is_some() {
-                    return Err(bad(format!("job {id} scheduled twice")));
-                }
+        let event = match Event::decode(record.record_type, record.body) {
+            Ok(event) => event,
+            // A later version's record that it marked safe to ignore.
+            Err(_) if record.flags & FLAG_SKIPPABLE != 0 => {
+                skipped += 1;
+                continue;
             }
-            Event::Cancel { .. } => {
-                jobs.remove(&id)
-                    .ok_or_else(|| bad(format!("cancel of unknown job {id}")))?;
-                counters.cancelled += 1;
-            }
-            Event::Reschedule { due_ms, .. } => {
-                let job = jobs
-                    .get_mut(&id)
-                    .ok_or_else(|| bad(format!("reschedule of unknown job {id}")))?;
-                job.due_ms = due_ms;
-                job.state = JobState::Scheduled;
-            }
-            Event::Claim { attempt, .. } => {
-                let job = jobs
-                    .get_mut(&id)
-                    .ok_or_else(|| bad(format!("claim of unknown job {id}")))?;
-                job.attempt = attempt;
-                job.state = JobState::Running;
-            }
-            Event::Complete { .. } | Event::Fail { .. } => {
-                jobs.remove(&id)
-                    .ok_or_else(|| bad(format!("finish of unknown job {id}")))?;
-                if matches!(event, Event::Complete { .. }) {
-                    counters.completed += 1;
-                } else {
-                    counters.failed += 1;
-                }
-            }
-        }
+            Err(e) => return Err(refuse(e.to_string())),
+        };
+        let admitted = match &event {
+            Event::ReserveIds { up_to } => ids.admit_reserve(*up_to),
+            Event::Schedule(s) => ids.admit_schedule(s.id.0),
+            _ => Ok(()),
+        };
+        admitted
+            .and_then(|()| state.apply(&event, Mode::Replay))
+            .map_err(|why| {
+                let job = event
+                    .id()
+                    .map_or(String::new(), |id| format!(" (job {id})"));
+                refuse(format!("{why}{job}"))
+            })?;
     }
     drop(iter);
-
-    state.counters = counters;
     let live = state.jobs.len() as u64;
-    let mut missed = Vec::new();
-    let mut interrupted = 0;
-    let ids: Vec<(JobId, u64, JobState)> = state
-        .jobs
-        .iter()
-        .map(|(&id, j)| (id, j.due_ms, j.state))
-        .collect();
-    for (id, due_ms, job_state) in ids {
-        interrupted += u64::from(job_state == JobState::Running);
-        if due_ms <= now_ms {
-            missed.push((due_ms, id));
-        } else {
-            state.arm_recovered(id);
-        }
-    }
-    // Missed jobs fire at once, in due order (ties in id order, which is schedule order): they
-    // go straight to the ready queue, not through the wheel, which would see them all as due
-    // "now" and keep no order among them.
-    missed.sort_unstable();
-    let missed_count = missed.len() as u64;
-    for (_, id) in missed {
-        state.ready_recovered(id);
-        ready.send(id).expect("the engine holds the receiver");
-    }
+    let armed = state.arm_after_replay(open_started_ms);
     let recovery = RecoveryStats {
         records,
+        skipped,
         segments: report.segments,
         bytes: report.bytes,
         elapsed: report.elapsed + started.elapsed(),
         jobs: live,
-        missed: missed_count,
-        interrupted,
+        missed: armed.missed,
+        interrupted: armed.interrupted,
         torn_tail: report.torn_tail.as_ref().map(|t| (t.segment, t.offset)),
     };
     if recovery.missed > 0 || recovery.interrupted > 0 {
@@ -137,5 +93,8 @@ pub(super) fn replay<S: Storage>(
             "recovered jobs that were due or running while the engine was down"
         );
     }
-    Ok((state, max_id + 1, recovery))
+    Ok(Replayed {
+        ids: ids.reopened(),
+        recovery,
+    })
 }

@@ -1,123 +1,55 @@
-//! The in-memory state of every live job, and the transitions between states.
+//! The in-memory state of every live job, and the one transition function.
 //!
-//! Live calls and recovery go through the same transitions, so that what recovery rebuilds is
-//! exactly what the running engine had: a record is appended to the log and applied here under
-//! one lock, which makes the log's order the order of the state changes.
-
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::Arc;
+//! [`State::apply`] is the only code that changes a job because of a log record. Live calls
+//! check their (stricter) preconditions, append the records, then apply them; recovery applies
+//! the records it reads and refuses the open when one is refused. So the log has one meaning:
+//! a record replay accepts is one the live engine could have written, and replay rebuilds what
+//! the live engine had.
+//!
+//! The log does not record firing or lease expiry in memory (the timer thread never writes):
+//! in the log a job is either *waiting* (scheduled or ready) or *leased* (its newest claim has
+//! no `Expire` after it). Live calls that follow an expiry in memory write the `Expire` first.
 
 use crossbeam_channel::Sender;
 
+use super::table::{Counters, Job, JobMap, Payload};
 use crate::job::{Claimed, JobId, JobInfo, JobState};
-use crate::wheel::{TimerKey, TimingWheel};
+use crate::record::{Event, FLAG_BINARY_PAYLOAD};
+use crate::wheel::TimingWheel;
 
-/// One live job.
-#[derive(Debug)]
-pub(crate) struct Job {
-    pub due_ms: u64,
-    pub attempt: u32,
-    pub state: JobState,
-    pub binary: bool,
-    pub payload: Payload,
-    /// Its entry in the due wheel while `Scheduled`, or in the lease wheel while `Running`.
-    pub timer: Option<TimerKey>,
-    pub lease_until_ms: u64,
+/// Whether a record is applied by a live call or by replay: replay keeps no timers (they are
+/// armed once the whole log is read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Live,
+    Replay,
 }
-
-/// A job's payload. Short ones (most: an order id, a key) live inside the job, so scheduling
-/// one allocates nothing; longer ones are shared with the workers that claim the job.
-#[derive(Debug, Clone)]
-pub(crate) enum Payload {
-    Inline {
-        len: u8,
-        bytes: [u8; PAYLOAD_INLINE_MAX],
-    },
-    Shared(Arc<[u8]>),
-}
-
-/// Longest payload kept inline: the size of the `Shared` variant plus the spare bytes of the
-/// enum, so inlining costs no space.
-pub(crate) const PAYLOAD_INLINE_MAX: usize = 22;
-const _: () = assert!(std::mem::size_of::<Payload>() == 24);
-
-impl Payload {
-    pub fn new(bytes: &[u8]) -> Self {
-        if bytes.len() <= PAYLOAD_INLINE_MAX {
-            let mut inline = [0; PAYLOAD_INLINE_MAX];
-            inline[..bytes.len()].copy_from_slice(bytes);
-            Payload::Inline {
-                len: bytes.len() as u8,
-                bytes: inline,
-            }
-        } else {
-            Payload::Shared(Arc::from(bytes))
-        }
-    }
-
-    /// The payload as workers receive it.
-    pub fn to_shared(&self) -> Arc<[u8]> {
-        match self {
-            Payload::Inline { len, bytes } => Arc::from(&bytes[..usize::from(*len)]),
-            Payload::Shared(shared) => shared.clone(),
-        }
-    }
-}
-
-/// Counters of things that happened, since the data directory was created where the log
-/// knows them (completed, cancelled, failed) and since open otherwise.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Counters {
-    pub completed: u64,
-    pub cancelled: u64,
-    pub failed: u64,
-    pub fired: u64,
-    pub redelivered: u64,
-}
-
-/// The hash of a job id. Ids are handed out in sequence, so the id itself, in the low bits the
-/// table indexes by, puts jobs scheduled together in neighbouring buckets: a batch of inserts
-/// walks memory in order instead of missing the cache once per job (SipHash, or any mixing
-/// hash, costs a cache miss per job at millions of jobs). The top 7 bits, which the table
-/// compares to tell keys in one group apart, come from a multiplicative mix so that they vary.
-#[derive(Default)]
-pub(crate) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        const TOP7: u64 = 0xFE00_0000_0000_0000;
-        self.0 = (v & !TOP7) | (v.wrapping_mul(0x9E37_79B9_7F4A_7C15) & TOP7);
-    }
-}
-
-pub(crate) type JobMap = HashMap<JobId, Job, BuildHasherDefault<IdHasher>>;
-pub(crate) type IdSet = std::collections::HashSet<JobId, BuildHasherDefault<IdHasher>>;
 
 /// Every live job, the wheels that time them, and the counters.
 pub(crate) struct State {
     pub jobs: JobMap,
     /// Due times of `Scheduled` jobs.
     pub due: TimingWheel<u64>,
-    /// Lease deadlines of `Running` jobs.
+    /// Claim deadlines of `Ready` jobs and lease deadlines of `Running` ones.
     pub leases: TimingWheel<u64>,
     pub counters: Counters,
     /// The highest clock reading seen: time never goes backwards inside the engine.
     pub now_ms: u64,
     /// When the timer thread plans to wake next (`u64::MAX`: not sleeping on a deadline).
     pub sleeping_until_ms: u64,
-    /// Fire lateness in microseconds.
+    /// Fire lateness in microseconds (due, or acceptance if later, to the ready queue).
     pub lateness_us: hdrhistogram::Histogram<u64>,
+    /// Ready queue to claim, in microseconds.
+    pub claim_wait_us: hdrhistogram::Histogram<u64>,
     /// Live jobs per state, indexed by [`state_index`].
     pub in_state: [u64; 3],
+    /// How long a `Ready` job may wait for a claim before its id is queued again, and how long
+    /// a claim holds a job.
+    pub lease_ms: u64,
+    /// Where fired ids go; `None` once a drain ended the ready stream.
+    pub ready_tx: Option<Sender<JobId>>,
+    /// Set by a drain: nothing more fires.
+    pub draining: bool,
 }
 
 /// Index of a state in `State::in_state`.
@@ -129,8 +61,36 @@ pub(crate) fn state_index(s: JobState) -> usize {
     }
 }
 
+/// What one pass of the timers moved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct TimerRun {
+    /// Jobs fired (scheduled to ready).
+    pub fired: usize,
+    /// Leases that ran out (running to ready).
+    pub expired: usize,
+    /// Ready jobs nobody claimed in time, queued again.
+    pub requeued: usize,
+}
+
+impl TimerRun {
+    /// Whether either kind of work hit its bound, so there may be more right now.
+    pub fn hit_bound(&self, max: usize) -> bool {
+        self.fired >= max || self.expired + self.requeued >= max
+    }
+
+    /// Ids sent to the ready queue.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub fn queued(&self) -> usize {
+        self.fired + self.expired + self.requeued
+    }
+}
+
+fn histogram() -> hdrhistogram::Histogram<u64> {
+    hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
+}
+
 impl State {
-    pub fn new(now_ms: u64, capacity: usize) -> Self {
+    pub fn new(now_ms: u64, capacity: usize, lease_ms: u64, ready_tx: Sender<JobId>) -> Self {
         State {
             jobs: JobMap::with_capacity_and_hasher(capacity, Default::default()),
             due: TimingWheel::with_capacity(now_ms, capacity),
@@ -138,9 +98,12 @@ impl State {
             counters: Counters::default(),
             now_ms,
             sleeping_until_ms: u64::MAX,
-            lateness_us: hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3)
-                .expect("valid histogram bounds"),
+            lateness_us: histogram(),
+            claim_wait_us: histogram(),
             in_state: [0; 3],
+            lease_ms,
+            ready_tx: Some(ready_tx),
+            draining: false,
         }
     }
 
@@ -161,193 +124,363 @@ impl State {
         self.now_ms
     }
 
-    /// Adds a new job, waiting for its due time.
-    pub fn insert_scheduled(&mut self, id: JobId, due_ms: u64, payload: Payload, binary: bool) {
-        let key = self.due.insert(due_ms, id.0);
-        let old = self.jobs.insert(
+    /// The one transition function: applies the record `event` (its ids already admitted by
+    /// the id ledger) or says why the log could not hold it, changing nothing then.
+    pub fn apply(&mut self, event: &Event<'_>, mode: Mode) -> Result<(), &'static str> {
+        let live = mode == Mode::Live;
+        match *event {
+            Event::ReserveIds { .. } => Ok(()),
+            Event::Schedule(ref s) => {
+                if self.jobs.contains_key(&s.id) {
+                    return Err("job scheduled twice");
+                }
+                self.insert_scheduled(
+                    s.id,
+                    s.due_ms,
+                    Payload::new(s.payload),
+                    s.flags & FLAG_BINARY_PAYLOAD != 0,
+                    live,
+                );
+                Ok(())
+            }
+            Event::Cancel { id } => {
+                self.waiting(id)?;
+                let job = self.jobs.remove(&id).expect("checked");
+                if live {
+                    assert!(matches!(job.state, JobState::Scheduled | JobState::Ready));
+                    self.drop_timer(&job);
+                }
+                self.count(Some(job.state), None);
+                self.counters.cancelled += 1;
+                Ok(())
+            }
+            Event::Reschedule { id, due_ms } => {
+                self.waiting(id)?;
+                let now_ms = self.now_ms;
+                let job = self.jobs.get_mut(&id).expect("checked");
+                job.due_ms = due_ms;
+                if !live {
+                    return Ok(());
+                }
+                let from = job.state;
+                match (from, job.timer) {
+                    (JobState::Scheduled, Some(key)) => {
+                        let moved = self.due.reschedule(key, due_ms.max(now_ms));
+                        assert!(moved, "the timer of job {id} is live");
+                    }
+                    (JobState::Ready, key) => {
+                        // Queued already: it waits again; the id left in the channel is skipped.
+                        if let Some(key) = key {
+                            self.leases.cancel(key);
+                        }
+                        job.state = JobState::Scheduled;
+                        job.timer = Some(self.due.insert(due_ms.max(now_ms), id.0));
+                        self.count(Some(JobState::Ready), Some(JobState::Scheduled));
+                    }
+                    other => panic!("reschedule of job {id} in {other:?}, checked first"),
+                }
+                Ok(())
+            }
+            Event::Expire { id, attempt } => {
+                let job = self.jobs.get_mut(&id).ok_or("expiry of an unknown job")?;
+                if !job.lease_open || job.attempt != attempt {
+                    return Err("expiry of a lease the job does not hold");
+                }
+                job.lease_open = false;
+                if live {
+                    assert_eq!(
+                        job.state,
+                        JobState::Ready,
+                        "a lease expires in memory first"
+                    );
+                } else {
+                    // Replay's `Running` means leased in the log; waiting again now.
+                    job.state = JobState::Scheduled;
+                    self.count(Some(JobState::Running), Some(JobState::Scheduled));
+                }
+                Ok(())
+            }
+            Event::Claim {
+                id,
+                attempt,
+                lease_until_ms,
+            } => {
+                let now_ms = self.now_ms;
+                let job = self.jobs.get_mut(&id).ok_or("claim of an unknown job")?;
+                if job.lease_open {
+                    return Err("claim of a job whose lease did not expire");
+                }
+                if job.attempt.checked_add(1) != Some(attempt) {
+                    return Err("claim attempt is not the previous one + 1");
+                }
+                job.attempt = attempt;
+                job.lease_open = true;
+                if !live {
+                    job.state = JobState::Running;
+                    self.count(Some(JobState::Scheduled), Some(JobState::Running));
+                    return Ok(());
+                }
+                assert_eq!(
+                    job.state,
+                    JobState::Ready,
+                    "claim of job {id} checked first"
+                );
+                let ready_at_ms = job.at_ms;
+                job.state = JobState::Running;
+                job.at_ms = lease_until_ms;
+                let old = job.timer.take();
+                if let Some(key) = old {
+                    self.leases.cancel(key);
+                }
+                let key = self.leases.insert(lease_until_ms, id.0);
+                self.jobs.get_mut(&id).expect("present").timer = Some(key);
+                self.count(Some(JobState::Ready), Some(JobState::Running));
+                let wait_us = now_ms.saturating_sub(ready_at_ms).saturating_mul(1000);
+                self.claim_wait_us.saturating_record(wait_us.max(1));
+                Ok(())
+            }
+            Event::Complete { id, attempt } | Event::Fail { id, attempt, .. } => {
+                let job = self.jobs.get(&id).ok_or("finish of an unknown job")?;
+                if !job.lease_open || job.attempt != attempt {
+                    return Err("finish by an attempt that does not hold the lease");
+                }
+                let job = self.jobs.remove(&id).expect("checked");
+                if live {
+                    assert!(matches!(job.state, JobState::Running | JobState::Ready));
+                    self.drop_timer(&job);
+                }
+                self.count(Some(job.state), None);
+                if matches!(event, Event::Complete { .. }) {
+                    self.counters.completed += 1;
+                } else {
+                    self.counters.failed += 1;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// A job the log has waiting (not leased): what cancel and reschedule need.
+    fn waiting(&self, id: JobId) -> Result<(), &'static str> {
+        match self.jobs.get(&id) {
+            None => Err("change of an unknown job"),
+            Some(j) if j.lease_open => Err("change of a job whose lease did not expire"),
+            Some(_) => Ok(()),
+        }
+    }
+
+    fn drop_timer(&mut self, job: &Job) {
+        if let Some(key) = job.timer {
+            let wheel = match job.state {
+                JobState::Scheduled => &mut self.due,
+                JobState::Ready | JobState::Running => &mut self.leases,
+            };
+            assert!(wheel.cancel(key).is_some(), "a live job's timer is live");
+        }
+    }
+
+    fn insert_scheduled(
+        &mut self,
+        id: JobId,
+        due_ms: u64,
+        payload: Payload,
+        binary: bool,
+        arm: bool,
+    ) {
+        // A due time already past fires at once; its lateness counts from now, not from a
+        // due time the engine never had a chance to meet.
+        let timer = arm.then(|| self.due.insert(due_ms.max(self.now_ms), id.0));
+        self.jobs.insert(
             id,
             Job {
                 due_ms,
                 attempt: 0,
                 state: JobState::Scheduled,
+                lease_open: false,
                 binary,
                 payload,
-                timer: Some(key),
-                lease_until_ms: 0,
+                timer,
+                at_ms: 0,
             },
         );
-        assert!(old.is_none(), "job id {id} scheduled twice");
         self.count(None, Some(JobState::Scheduled));
     }
 
-    /// Puts a job replayed from the log (in the table, no timer yet) back on its timer, as
-    /// `Scheduled` whatever it was: a claim that did not finish before the engine stopped is
-    /// void, and the job fires again (its next claim gets attempt + 1).
-    pub fn arm_recovered(&mut self, id: JobId) {
-        let job = self.jobs.get_mut(&id).expect("a replayed job");
-        assert!(job.timer.is_none(), "replayed jobs have no timer yet");
-        job.state = JobState::Scheduled;
-        job.timer = Some(self.due.insert(job.due_ms, id.0));
-        self.count(None, Some(JobState::Scheduled));
+    /// After replay: `missed` (due by now) jobs go straight to the ready queue in due order,
+    /// the rest onto the due wheel. A job replay left leased was interrupted: it is ready
+    /// again, its lease still open in the log (the next claim writes the `Expire`).
+    pub fn arm_after_replay(&mut self, open_started_ms: u64) -> ArmReport {
+        let now_ms = self.now_ms;
+        self.in_state = [0; 3];
+        let mut missed = Vec::new();
+        let mut interrupted = 0;
+        for (&id, job) in self.jobs.iter_mut() {
+            assert!(job.timer.is_none(), "replay arms no timers");
+            // Replay's `Running` means leased in the log.
+            let leased = job.state == JobState::Running;
+            assert_eq!(leased, job.lease_open);
+            interrupted += u64::from(leased);
+            if job.due_ms <= now_ms || leased {
+                missed.push((job.due_ms, id));
+            } else {
+                job.state = JobState::Scheduled;
+                job.timer = Some(self.due.insert(job.due_ms, id.0));
+                self.in_state[state_index(JobState::Scheduled)] += 1;
+            }
+        }
+        // Due order; ties in id order, which is schedule order. Not through the wheel, which
+        // would see them all as due "now" and keep no order among them.
+        missed.sort_unstable();
+        let claim_by_ms = now_ms.saturating_add(self.lease_ms);
+        for &(due_ms, id) in &missed {
+            let key = self.leases.insert(claim_by_ms, id.0);
+            let job = self.jobs.get_mut(&id).expect("listed");
+            job.state = JobState::Ready;
+            job.at_ms = now_ms;
+            job.timer = Some(key);
+            if job.lease_open {
+                self.counters.redelivered += 1;
+            }
+            self.in_state[state_index(JobState::Ready)] += 1;
+            let late_us = now_ms
+                .saturating_sub(due_ms.max(open_started_ms))
+                .saturating_mul(1000);
+            self.lateness_us.saturating_record(late_us.max(1));
+            self.counters.fired += 1;
+            self.send(id);
+        }
+        ArmReport {
+            missed: missed.len() as u64,
+            interrupted,
+        }
     }
 
-    /// Marks a replayed job that is due already `Ready`: the caller queues its id (a missed
-    /// job, fired at once).
-    pub fn ready_recovered(&mut self, id: JobId) {
-        let job = self.jobs.get_mut(&id).expect("a replayed job");
-        assert!(job.timer.is_none(), "replayed jobs have no timer yet");
-        job.state = JobState::Ready;
-        self.count(None, Some(JobState::Ready));
-        self.counters.fired += 1;
+    fn send(&self, id: JobId) {
+        if let Some(tx) = &self.ready_tx {
+            // The engine holds a receiver as long as it holds the sender: a send can not fail.
+            let _ = tx.send(id);
+        }
     }
 
-    /// Whether `cancel` would succeed: the job is waiting or queued, not running or done.
-    pub fn can_cancel(&self, id: JobId) -> bool {
+    /// Whether a live `cancel` or `reschedule` applies: the job waits or is queued.
+    pub fn can_change(&self, id: JobId) -> Option<&Job> {
         self.jobs
             .get(&id)
-            .is_some_and(|j| matches!(j.state, JobState::Scheduled | JobState::Ready))
+            .filter(|j| matches!(j.state, JobState::Scheduled | JobState::Ready))
     }
 
-    /// Cancels a waiting or queued job. A queued id stays in the channel; `claim` skips it.
-    pub fn cancel(&mut self, id: JobId) {
-        assert!(self.can_cancel(id), "cancel of job {id} checked first");
-        let job = self.jobs.remove(&id).expect("checked");
-        if let Some(key) = job.timer {
-            let gone = self.due.cancel(key);
-            assert_eq!(gone, Some(id.0), "the timer of job {id} belongs to it");
-        }
-        self.count(Some(job.state), None);
-        self.counters.cancelled += 1;
+    /// Whether a live `claim` applies: the job is queued.
+    pub fn can_claim(&self, id: JobId) -> Option<&Job> {
+        self.jobs.get(&id).filter(|j| j.state == JobState::Ready)
     }
 
-    /// Whether `reschedule` would succeed.
-    pub fn can_reschedule(&self, id: JobId) -> bool {
-        self.can_cancel(id)
-    }
-
-    /// Gives a waiting or queued job a new due time.
-    pub fn reschedule(&mut self, id: JobId, due_ms: u64) {
-        assert!(
-            self.can_reschedule(id),
-            "reschedule of job {id} checked first"
-        );
-        let job = self.jobs.get_mut(&id).expect("checked");
-        job.due_ms = due_ms;
-        match job.timer {
-            Some(key) => {
-                let moved = self.due.reschedule(key, due_ms);
-                assert!(moved, "the timer of job {id} is live");
-            }
-            None => {
-                // Queued already: it waits again; the id left in the channel is skipped.
-                job.state = JobState::Scheduled;
-                job.timer = Some(self.due.insert(due_ms, id.0));
-                self.count(Some(JobState::Ready), Some(JobState::Scheduled));
-            }
-        }
-    }
-
-    /// Claims a queued job for a worker until `lease_until_ms`.
-    pub fn claim(&mut self, id: JobId, lease_until_ms: u64) -> Option<Claimed> {
-        let job = self.jobs.get_mut(&id)?;
-        if job.state != JobState::Ready {
-            return None;
-        }
-        job.attempt += 1;
-        job.state = JobState::Running;
-        job.lease_until_ms = lease_until_ms;
-        job.timer = Some(self.leases.insert(lease_until_ms, id.0));
-        let claimed = Claimed {
-            id,
-            due_ms: job.due_ms,
-            attempt: job.attempt,
-            payload: job.payload.to_shared(),
-            binary: job.binary,
-            lease_until_ms,
-        };
-        self.count(Some(JobState::Ready), Some(JobState::Running));
-        Some(claimed)
-    }
-
-    /// Whether a worker holding `attempt` may still finish the job: it is the newest delivery,
-    /// and nobody claimed it since (a lease that ran out without a new claim is still honoured).
+    /// Whether a worker holding `attempt` may still finish the job: it is the newest claim,
+    /// and nobody claimed it since (a lease that ran out without a new claim is honoured).
     pub fn can_finish(&self, id: JobId, attempt: u32) -> bool {
         self.jobs.get(&id).is_some_and(|j| {
-            attempt >= 1
+            j.lease_open
                 && j.attempt == attempt
                 && matches!(j.state, JobState::Running | JobState::Ready)
         })
     }
 
-    /// Finishes a job (completed or failed).
-    pub fn finish(&mut self, id: JobId, attempt: u32, completed: bool) {
-        assert!(
-            self.can_finish(id, attempt),
-            "finish of job {id} checked first"
-        );
-        let job = self.jobs.remove(&id).expect("checked");
-        if let Some(key) = job.timer {
-            let wheel = match job.state {
-                JobState::Running => &mut self.leases,
-                _ => &mut self.due,
-            };
-            wheel.cancel(key);
-        }
-        self.count(Some(job.state), None);
-        if completed {
-            self.counters.completed += 1;
-        } else {
-            self.counters.failed += 1;
+    /// What a worker receives for a job just claimed (after `apply` of its claim).
+    pub fn claimed(&self, id: JobId, ready_at_ms: u64) -> Claimed {
+        let job = &self.jobs[&id];
+        assert_eq!(job.state, JobState::Running);
+        Claimed {
+            id,
+            due_ms: job.due_ms,
+            attempt: job.attempt,
+            payload: job.payload.to_shared(),
+            binary: job.binary,
+            ready_at_ms,
+            lease_until_ms: job.at_ms,
         }
     }
 
-    /// Moves due jobs to the ready queue, at most `max` of them. Returns how many moved.
-    pub fn fire_due(&mut self, now_us: u64, max: usize, ready: &Sender<JobId>) -> usize {
+    /// Fires due jobs and expires leases, at most `max` of each kind.
+    pub fn run_timers(&mut self, now_us: u64, max: usize) -> TimerRun {
+        let mut run = TimerRun::default();
+        if !self.draining {
+            run.fired = self.fire_due(now_us, max);
+        }
+        self.expire_leases(max, &mut run);
+        run
+    }
+
+    fn fire_due(&mut self, now_us: u64, max: usize) -> usize {
+        let now_ms = self.now_ms;
+        let claim_by_ms = now_ms.saturating_add(self.lease_ms);
         let mut fired = 0;
         while fired < max {
-            let Some((_key, due_ms, raw)) = self.due.poll(self.now_ms) else {
+            let Some((_key, due_ms, raw)) = self.due.poll(now_ms) else {
                 break;
             };
-            assert!(due_ms <= self.now_ms, "the wheel never fires early");
+            assert!(due_ms <= now_ms, "the wheel never fires early");
             let id = JobId(raw);
+            let key = self.leases.insert(claim_by_ms, raw);
             let job = self.jobs.get_mut(&id).expect("a timer's job is live");
             assert_eq!(job.state, JobState::Scheduled);
             job.state = JobState::Ready;
-            job.timer = None;
+            job.timer = Some(key);
+            job.at_ms = now_ms;
             self.count(Some(JobState::Scheduled), Some(JobState::Ready));
             let late_us = now_us.saturating_sub(due_ms.saturating_mul(1000));
             self.lateness_us.saturating_record(late_us.max(1));
             self.counters.fired += 1;
-            // The receiver lives as long as the engine; a send can not fail.
-            let _ = ready.send(id);
+            self.send(id);
             fired += 1;
         }
         fired
     }
 
-    /// Puts jobs whose lease ran out back in the ready queue. Returns how many.
-    pub fn expire_leases(&mut self, max: usize, ready: &Sender<JobId>) -> usize {
-        let mut expired = 0;
-        while expired < max {
-            let Some((_key, _deadline, raw)) = self.leases.poll(self.now_ms) else {
+    /// Running jobs whose lease ran out are ready again (attempt + 1 at the next claim); ready
+    /// jobs nobody claimed in time (a worker took the id and died) are queued again.
+    fn expire_leases(&mut self, max: usize, run: &mut TimerRun) {
+        let now_ms = self.now_ms;
+        while run.expired + run.requeued < max {
+            let Some((_key, _deadline, raw)) = self.leases.poll(now_ms) else {
                 break;
             };
             let id = JobId(raw);
+            let key = self
+                .leases
+                .insert(now_ms.saturating_add(self.lease_ms), raw);
             let job = self.jobs.get_mut(&id).expect("a lease's job is live");
-            assert_eq!(job.state, JobState::Running);
-            job.state = JobState::Ready;
-            job.timer = None;
-            self.count(Some(JobState::Running), Some(JobState::Ready));
-            self.counters.redelivered += 1;
-            let _ = ready.send(id);
-            expired += 1;
+            job.timer = Some(key);
+            match job.state {
+                JobState::Running => {
+                    job.state = JobState::Ready;
+                    job.at_ms = now_ms;
+                    self.count(Some(JobState::Running), Some(JobState::Ready));
+                    self.counters.redelivered += 1;
+                    run.expired += 1;
+                    self.send(id);
+                }
+                JobState::Ready => {
+                    run.requeued += 1;
+                    self.counters.requeued += 1;
+                    // The channel holding at least as many ids as there are ready jobs most
+                    // likely holds this one: do not let a slow backlog double itself.
+                    let queued = self.ready_tx.as_ref().map_or(0, |tx| tx.len() as u64);
+                    if queued < self.in_state[state_index(JobState::Ready)] {
+                        self.send(id);
+                    }
+                }
+                JobState::Scheduled => panic!("job {id} is scheduled with a lease timer"),
+            }
         }
-        expired
     }
 
     /// The next time the timer thread has something to do.
     pub fn next_deadline(&self) -> Option<u64> {
-        match (self.due.next_due(), self.leases.next_due()) {
+        let due = if self.draining {
+            None
+        } else {
+            self.due.next_due()
+        };
+        match (due, self.leases.next_due()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -359,6 +492,14 @@ impl State {
             state: j.state,
             due_ms: j.due_ms,
             attempt: j.attempt,
+            payload: j.payload.to_shared(),
         })
     }
+}
+
+/// What arming the replayed jobs found.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ArmReport {
+    pub missed: u64,
+    pub interrupted: u64,
 }

@@ -3,25 +3,25 @@
 //!
 //! There is no idle ticking: with nothing due, the thread blocks on a condition variable until
 //! the next deadline (or forever, with an empty wheel) and is woken only by a schedule that
-//! needs an earlier wake-up, by a manual clock being moved, or by shutdown.
+//! needs an earlier wake-up, by a manual clock being moved, or by shutdown. It never writes to
+//! the log and never waits on the disk: firing and lease expiry are not logged (see
+//! `state.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use timewheel_wal::storage::Storage;
-
 use super::Shared;
 
 /// Runs until shutdown.
-pub(crate) fn run<S: Storage>(shared: Arc<Shared<S>>) {
+pub(crate) fn run(shared: Arc<Shared>) {
     let max = shared.config.fires_per_advance_max;
     let mut state = shared.lock_state();
     loop {
         if shared.stopping.load(Ordering::Acquire) {
             return;
         }
-        let (moved, _) = shared.run_timers_locked(&mut state, max);
-        if moved >= max {
+        let run = shared.run_timers_locked(&mut state);
+        if run.hit_bound(max) {
             // A burst: let schedule and cancel calls in between batches.
             drop(state);
             std::thread::yield_now();

@@ -187,7 +187,7 @@ pub enum Reply {
     Stats(Box<Stats>),
     /// `"ok":false` with an error kind and message.
     Error {
-        /// `bad_request`, `invalid_input`, `not_found`, or [`Error::kind`].
+        /// `bad_request`, `invalid_input`, `not_found`, or [`error_kind`].
         kind: &'static str,
         /// For humans.
         message: String,
@@ -216,7 +216,7 @@ impl Reply {
     /// The reply for an engine error.
     pub fn engine_error(e: &Error) -> Self {
         Reply::Error {
-            kind: e.kind(),
+            kind: error_kind(e),
             message: e.to_string(),
         }
     }
@@ -353,6 +353,19 @@ pub fn render_fired(job: &Claimed, fired_ms: u64) -> Vec<u8> {
         },
     };
     to_line(&line)
+}
+
+/// The protocol's short, stable name for the kind of an engine error.
+pub fn error_kind(e: &Error) -> &'static str {
+    match e {
+        Error::Locked => "locked",
+        Error::Corrupted { .. } | Error::UndecodableRecord { .. } => "corrupted",
+        Error::Io(_) | Error::Wal(_) => "io",
+        Error::NoSpace { .. } => "no_space",
+        Error::Poisoned => "poisoned",
+        Error::InvalidInput { .. } => "invalid_input",
+        Error::Closed => "closed",
+    }
 }
 
 fn to_line(value: &impl Serialize) -> Vec<u8> {
@@ -548,6 +561,7 @@ mod tests {
             attempt: 2,
             payload: Arc::from(payload),
             binary,
+            ready_at_ms: 12,
             lease_until_ms: 100,
         }
     }

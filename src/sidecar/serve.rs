@@ -19,7 +19,6 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 
 use crossbeam_channel::{Receiver, Sender, bounded, never, select};
 use serde_json::Value;
-use timewheel_wal::storage::Storage;
 
 use super::lines::{Line, LineReader};
 use super::protocol::{Reply, Request, parse_line, render_fired, render_reply};
@@ -37,13 +36,25 @@ const CHUNK_LINES_MAX: usize = 4096;
 const CHUNKS_AHEAD_MAX: usize = 4;
 
 /// How [`serve`] behaves, beyond the engine's [`Config`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ServeOptions {
+    /// Longest request line accepted (`--max-line-bytes`); a longer one gets an error reply.
+    pub line_bytes_max: usize,
     /// Complete each job right after printing its `fired` event (`--auto-complete`).
     pub auto_complete: bool,
     /// A message here, or the disconnection of its sender, stops serving like EOF does
     /// (SIGTERM in the binary). `None`: only EOF and the `shutdown` op stop.
     pub stop: Option<Receiver<()>>,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            line_bytes_max: 1 << 20,
+            auto_complete: false,
+            stop: None,
+        }
+    }
 }
 
 /// Why [`serve`] returned. In each case the engine was shut down and everything flushed.
@@ -60,8 +71,7 @@ pub enum ServeEnd {
 /// Serves the sidecar protocol (BRIEF.md section 4) on `input` and `output` until EOF, a
 /// `shutdown` request or [`ServeOptions::stop`], then shuts the engine down (flushing it).
 ///
-/// `config` must be the configuration `engine` was opened with: it gives the line limit, the
-/// lease (from which `fired_ms` is derived) and the batch limit.
+/// `config` must be the configuration `engine` was opened with: it gives the batch limit.
 ///
 /// A schedule is answered once its job is durable whatever `Config::durability` says, as the
 /// protocol promises; the other changes are acknowledged as the durability mode says (durable
@@ -73,19 +83,18 @@ pub enum ServeEnd {
 /// # Errors
 /// Writing to `output` failed (the client is gone), or the final flush failed. Request errors
 /// are replies, never `Err`s.
-pub fn serve<S, W>(
-    engine: &Engine<S>,
+pub fn serve<W>(
+    engine: &Engine,
     config: &Config,
     input: impl BufRead + Send + 'static,
     output: W,
     options: ServeOptions,
 ) -> Result<ServeEnd>
 where
-    S: Storage,
     W: Write + Send,
 {
     let (chunk_tx, chunk_rx) = bounded(CHUNKS_AHEAD_MAX);
-    let line_bytes_max = config.line_bytes_max;
+    let line_bytes_max = options.line_bytes_max;
     std::thread::Builder::new()
         .name("timewheel-sidecar-in".into())
         .spawn(move || read_chunks(LineReader::new(input, line_bytes_max), &chunk_tx))?;
@@ -94,7 +103,6 @@ where
         out: Mutex::new(output),
         claims: Mutex::new(HashMap::new()),
         gate: Gate::default(),
-        lease_ms: config.lease_ms,
         line_bytes_max,
         batch_jobs_max: config.batch_jobs_max.min(CHUNK_LINES_MAX),
         auto_complete: options.auto_complete,
@@ -177,20 +185,19 @@ enum Exit {
     Shutdown(Value),
 }
 
-struct Server<'e, S: Storage, W> {
-    engine: &'e Engine<S>,
+struct Server<'e, W> {
+    engine: &'e Engine,
     out: Mutex<W>,
     /// The jobs this sidecar delivered and the client has not finished yet, by id: the newest
     /// claim of each (a redelivery after a lease ran out replaces the older one).
     claims: Mutex<HashMap<JobId, Claimed>>,
     gate: Gate,
-    lease_ms: u64,
     line_bytes_max: usize,
     batch_jobs_max: usize,
     auto_complete: bool,
 }
 
-impl<S: Storage, W: Write + Send> Server<'_, S, W> {
+impl<W: Write + Send> Server<'_, W> {
     /// Writes whole lines and flushes, under the output lock.
     fn write(&self, lines: &[u8]) -> io::Result<()> {
         let mut out = lock(&self.out);
@@ -296,12 +303,12 @@ impl<S: Storage, W: Write + Send> Server<'_, S, W> {
     /// the returned guard is dropped, which the caller does after writing the replies.
     fn schedule_durable(&self, specs: Vec<JobSpec>) -> Result<(Vec<JobId>, GateGuard<'_>)> {
         let mut pending = lock(&self.gate.pending);
-        let (ids, lsn) = self.engine.schedule_batch_nowait(specs)?;
+        let (ids, committed) = self.engine.schedule_batch_nowait(specs)?;
         // Ids of one batch are consecutive; the range covers them all in any case.
         *pending = ids.first().zip(ids.last()).map(|(a, b)| a.0..=b.0);
         drop(pending);
         let guard = GateGuard(&self.gate);
-        self.engine.wait_durable(lsn)?;
+        self.engine.commit(committed)?;
         Ok((ids, guard))
     }
 
@@ -309,8 +316,10 @@ impl<S: Storage, W: Write + Send> Server<'_, S, W> {
     fn execute(&self, request: Request) -> Reply {
         let e = self.engine;
         let result = match request {
-            Request::Cancel(id) => e.cancel(id).map(Reply::Cancelled),
-            Request::Reschedule(id, due_ms) => e.reschedule(id, due_ms).map(Reply::Rescheduled),
+            Request::Cancel(id) => e.cancel(id).map(|o| Reply::Cancelled(o.is_done())),
+            Request::Reschedule(id, due_ms) => e
+                .reschedule(id, due_ms)
+                .map(|o| Reply::Rescheduled(o.is_done())),
             Request::Complete(id, attempt) => return self.finish(id, attempt, None),
             Request::Fail(id, reason, attempt) => return self.finish(id, attempt, Some(&reason)),
             Request::Stats => Ok(Reply::Stats(Box::new(e.stats()))),
@@ -375,9 +384,7 @@ impl<S: Storage, W: Write + Send> Server<'_, S, W> {
                     continue;
                 }
             };
-            // The engine leased the job from its own clock reading at the claim.
-            let fired_ms = claimed.lease_until_ms.saturating_sub(self.lease_ms);
-            let line = render_fired(&claimed, fired_ms);
+            let line = render_fired(&claimed, claimed.ready_at_ms);
             if !self.auto_complete {
                 // Held before the event is out, so the client's complete always finds it.
                 lock(&self.claims).insert(id, claimed.clone());

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use timewheel::{Config, Engine, JobId, ManualClock};
-use timewheel_wal::testing::{FaultDisk, FaultStorage};
+use timewheel_wal::testing::FaultDisk;
 
 /// A point in time far from the epoch, so that "hours ago" is still positive.
 pub const T0: u64 = 1_800_000_000_000;
@@ -19,18 +19,31 @@ pub fn config() -> Config {
 }
 
 /// An engine on a fault-injecting disk with a manual clock, timers driven by the test.
-pub fn open_sim(disk: &FaultDisk, clock: &ManualClock) -> Engine<FaultStorage> {
+pub fn open_sim(disk: &FaultDisk, clock: &ManualClock) -> Engine {
     Engine::open_on(disk.storage(), config(), Arc::new(clock.clone())).expect("engine opens")
 }
 
 /// Runs the timers and drains the ready queue.
-pub fn fire(engine: &Engine<FaultStorage>) -> Vec<JobId> {
+pub fn fire(engine: &Engine) -> Vec<JobId> {
     engine.run_timers();
     engine.ready().try_iter().collect()
 }
 
+/// Claims and completes each of `ids` (a worker doing its job; a fired job nobody claims is
+/// queued again once `Config::lease_ms` passed).
+pub fn finish_all(engine: &Engine, ids: &[JobId]) {
+    for c in engine
+        .claim_batch(ids)
+        .expect("claim")
+        .into_iter()
+        .flatten()
+    {
+        assert!(engine.complete(&c).expect("complete"));
+    }
+}
+
 /// Receives `n` ids, failing the test after a generous guard time.
-pub fn recv_n<S: timewheel_wal::storage::Storage>(engine: &Engine<S>, n: usize) -> Vec<JobId> {
+pub fn recv_n(engine: &Engine, n: usize) -> Vec<JobId> {
     let ready = engine.ready();
     (0..n)
         .map(|_| {

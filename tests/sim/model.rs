@@ -10,7 +10,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use timewheel::{Claimed, Engine, JobId, JobState};
-use timewheel_wal::testing::FaultStorage;
 
 /// An oracle violation: what went wrong, for the failure report.
 #[derive(Debug, Clone)]
@@ -71,6 +70,11 @@ pub struct Model {
     /// Jobs in every failed schedule call (their ids were used up unseen).
     pub failed_specs: u64,
     pub max_returned_id: u64,
+    /// The engine's `Config::id_block`: each open and each failed schedule call may skip up to
+    /// this many ids (reserved, never handed out).
+    pub id_block: u64,
+    /// Opens so far, and failed schedule calls: each may have skipped a block of ids.
+    pub id_skips: u64,
     /// The highest clock reading ever set: nothing may fire with a later due time.
     pub max_clock_ms: u64,
     /// The jobs of the latest durable changes, one entry per call (or per recovery that made
@@ -128,7 +132,7 @@ impl Model {
 
     /// One past the highest id that could exist.
     pub fn id_end(&self) -> u64 {
-        self.max_returned_id + self.failed_specs + 2
+        self.max_returned_id + self.failed_specs + 2 + self.id_block * (self.id_skips + 1)
     }
 
     fn learn(&mut self, id: u64, job: Job) {
@@ -182,6 +186,7 @@ impl Model {
     /// A schedule of `n` jobs failed.
     pub fn schedule_failed(&mut self, n: u64, outcome: Outcome) {
         self.failed_specs += n;
+        self.id_skips += 1;
         if outcome == Outcome::Unknown {
             self.phantom_budget += n;
         }
@@ -300,7 +305,7 @@ impl Model {
     }
 
     /// After `run_timers`: every job certainly live and due by `now_ms` has fired.
-    pub fn check_fired(&self, engine: &Engine<FaultStorage>, now_ms: u64) -> Result<(), Violation> {
+    pub fn check_fired(&self, engine: &Engine, now_ms: u64) -> Result<(), Violation> {
         for (&id, job) in &self.jobs {
             if job.presence != Presence::Yes || job.due_max() > now_ms {
                 continue;
@@ -322,10 +327,8 @@ impl Model {
     /// Right after a successful open: compares every job with what recovery rebuilt, then
     /// resolves the unknowns to it. Returns the ids of the acknowledged jobs found wrong, with
     /// why, and leaves the model untouched if there are any.
-    pub fn recovered(
-        &mut self,
-        engine: &Engine<FaultStorage>,
-    ) -> Result<Vec<(u64, String)>, Violation> {
+    pub fn recovered(&mut self, engine: &Engine) -> Result<Vec<(u64, String)>, Violation> {
+        self.id_skips += 1;
         let mut wrong = Vec::new();
         let mut resolved = Vec::new();
         for (&id, job) in &self.jobs {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use timewheel::{Claimed, Clock, Config, Engine, Error, JobId, JobSpec, ManualClock};
-use timewheel_wal::testing::{CrashOptions, FaultDisk, FaultStorage, SimRng, SyncFailure};
+use timewheel_wal::testing::{CrashOptions, FaultDisk, SimRng, SyncFailure};
 
 use super::model::{Gone, Model, Outcome, Violation};
 use super::ops::{self, Op, Spec, T0_MS};
@@ -48,7 +48,7 @@ struct Setup {
 
 /// The engine of the current incarnation and what its worker holds.
 struct Live {
-    engine: Engine<FaultStorage>,
+    engine: Engine,
     /// Ids drained from `ready()`, not yet claimed.
     backlog: Vec<JobId>,
     /// Claims not yet completed or failed.
@@ -94,7 +94,11 @@ pub fn run_seed(seed: u64, verbose: bool) -> Result<Report, Violation> {
         disk,
         clock: ManualClock::new(T0_MS),
         setup,
-        model: Model::new(T0_MS),
+        model: Model {
+            // From the seed, not the stream, so that every seed's operations stay as they were.
+            id_block: 1 + seed % 64,
+            ..Model::new(T0_MS)
+        },
         trace: Trace::new(verbose),
         corruption_pending: false,
         media_faults_pending: 0,
@@ -132,7 +136,7 @@ pub fn run_seed(seed: u64, verbose: bool) -> Result<Report, Violation> {
 fn outcome(e: &Error) -> Outcome {
     match e {
         Error::InvalidInput { .. } | Error::Closed | Error::Poisoned => Outcome::Refused,
-        Error::Wal(timewheel_wal::Error::NoSpace { .. }) => Outcome::Refused,
+        Error::NoSpace { .. } => Outcome::Refused,
         _ => Outcome::Unknown,
     }
 }
@@ -143,7 +147,7 @@ fn short(e: &Error) -> &'static str {
         Error::Closed => "closed",
         Error::Poisoned => "poisoned",
         Error::Io(_) => "io",
-        Error::Wal(timewheel_wal::Error::NoSpace { .. }) => "nospace",
+        Error::NoSpace { .. } => "nospace",
         Error::Corrupted { .. } | Error::UndecodableRecord { .. } => "corrupted",
         Error::Locked => "locked",
         _ => "other",
@@ -158,6 +162,7 @@ impl Sim {
         c.payload_bytes_max = ops::PAYLOAD_BYTES_MAX;
         c.lease_ms = self.setup.lease_ms;
         c.fires_per_advance_max = self.setup.fires_per_advance_max;
+        c.id_block = self.model.id_block;
         c
     }
 
@@ -219,13 +224,16 @@ impl Sim {
             }
             Op::Cancel(id) => {
                 let before = live.engine.get(JobId(id)).map(|i| i.state);
-                let r = live.engine.cancel(JobId(id));
+                let r = live.engine.cancel(JobId(id)).map(|o| o.is_done());
                 let r = self.result(&live, "cancel", r)?;
                 self.model.ended(id, Gone::Cancelled, before, r)?;
             }
             Op::Reschedule(id, due_ms) => {
                 let before = live.engine.get(JobId(id)).map(|i| i.state);
-                let r = live.engine.reschedule(JobId(id), due_ms);
+                let r = live
+                    .engine
+                    .reschedule(JobId(id), due_ms)
+                    .map(|o| o.is_done());
                 let r = self.result(&live, "reschedule", r)?;
                 self.model.rescheduled(id, due_ms, before, r)?;
             }
@@ -494,10 +502,7 @@ impl Sim {
         unreachable!("the last attempt is made without faults")
     }
 
-    fn check_recovered(
-        &mut self,
-        engine: Engine<FaultStorage>,
-    ) -> Result<Result<Live, End>, Violation> {
+    fn check_recovered(&mut self, engine: Engine) -> Result<Result<Live, End>, Violation> {
         self.trace.line(|| {
             let r = engine.recovery();
             format!(

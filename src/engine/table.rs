@@ -1,0 +1,106 @@
+//! The table of live jobs: what the engine keeps per job, and the hash that keeps it compact.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+
+use crate::job::{JobId, JobState};
+use crate::wheel::TimerKey;
+
+/// One live job.
+#[derive(Debug)]
+pub(crate) struct Job {
+    pub due_ms: u64,
+    /// Deliveries so far: the attempt of the newest claim (0 before the first).
+    pub attempt: u32,
+    pub state: JobState,
+    /// The log's last word on this job is the claim of `attempt`, with no expiry after it:
+    /// the job is `Running`, or its lease ran out in memory (then it is `Ready` again, and the
+    /// next cancel, reschedule or claim writes the `Expire` first).
+    pub lease_open: bool,
+    pub binary: bool,
+    pub payload: Payload,
+    /// Its entry in the due wheel while `Scheduled`, or in the lease wheel while `Ready`
+    /// (the deadline for a claim, after which the id is queued again) or `Running` (the lease).
+    pub timer: Option<TimerKey>,
+    /// `Ready`: when it entered the ready queue. `Running`: when its lease runs out.
+    pub at_ms: u64,
+}
+
+/// A job's payload. Short ones (most: an order id, a key) live inside the job, so scheduling
+/// one allocates nothing; longer ones are shared with the workers that claim the job.
+#[derive(Debug, Clone)]
+pub(crate) enum Payload {
+    Inline {
+        len: u8,
+        bytes: [u8; PAYLOAD_INLINE_MAX],
+    },
+    Shared(Arc<[u8]>),
+}
+
+/// Longest payload kept inline: the size of the `Shared` variant plus the spare bytes of the
+/// enum, so inlining costs no space.
+pub(crate) const PAYLOAD_INLINE_MAX: usize = 22;
+const _: () = assert!(std::mem::size_of::<Payload>() == 24);
+
+impl Payload {
+    pub fn new(bytes: &[u8]) -> Self {
+        if bytes.len() <= PAYLOAD_INLINE_MAX {
+            let mut inline = [0; PAYLOAD_INLINE_MAX];
+            inline[..bytes.len()].copy_from_slice(bytes);
+            Payload::Inline {
+                len: bytes.len() as u8,
+                bytes: inline,
+            }
+        } else {
+            Payload::Shared(Arc::from(bytes))
+        }
+    }
+
+    /// The payload as workers receive it.
+    pub fn to_shared(&self) -> Arc<[u8]> {
+        match self {
+            Payload::Inline { len, bytes } => Arc::from(&bytes[..usize::from(*len)]),
+            Payload::Shared(shared) => shared.clone(),
+        }
+    }
+}
+
+/// Counters of things that happened, since the data directory was created where the log
+/// knows them (completed, cancelled, failed) and since open otherwise.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Counters {
+    pub completed: u64,
+    pub cancelled: u64,
+    pub failed: u64,
+    pub fired: u64,
+    pub redelivered: u64,
+    /// Ready jobs nobody claimed within the lease, queued again.
+    pub requeued: u64,
+}
+
+/// The hash of a job id. Ids are handed out in sequence, so the id itself, in the low bits the
+/// table indexes by, puts jobs scheduled together in neighbouring buckets: a batch of inserts
+/// walks memory in order instead of missing the cache once per job (SipHash, or any mixing
+/// hash, costs a cache miss per job at millions of jobs). The top 7 bits, which the table
+/// compares to tell keys in one group apart, come from a multiplicative mix so that they vary.
+#[derive(Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        const TOP7: u64 = 0xFE00_0000_0000_0000;
+        self.0 = (v & !TOP7) | (v.wrapping_mul(0x9E37_79B9_7F4A_7C15) & TOP7);
+    }
+}
+
+pub(crate) type JobMap = HashMap<JobId, Job, BuildHasherDefault<IdHasher>>;
+pub(crate) type IdSet = std::collections::HashSet<JobId, BuildHasherDefault<IdHasher>>;
