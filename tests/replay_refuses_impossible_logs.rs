@@ -1,0 +1,164 @@
+//! Replay runs the live engine's one transition function: a log the live engine could not have
+//! written (a cancel of a running job, a claim that skips an attempt or of a job never fired
+//! in the log's terms, an id never reserved) refuses the open with the record's LSN, while
+//! every sequence the live engine writes (claim, expire, claim again, cancel) replays.
+//! The logs are written by hand, record by record, on the fault-injecting disk.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{T0, config};
+use timewheel::record::{Event, ScheduleRecord};
+use timewheel::{Engine, Error, JobId, ManualClock};
+use timewheel_wal::testing::FaultDisk;
+use timewheel_wal::{Wal, WalOptions};
+
+fn schedule(id: u64) -> Event<'static> {
+    Event::Schedule(ScheduleRecord {
+        id: JobId(id),
+        due_ms: T0,
+        created_ms: T0,
+        tenant: 0,
+        shard: 0,
+        flags: 0,
+        max_attempts: 0,
+        payload: b"",
+    })
+}
+
+fn claim(id: u64, attempt: u32) -> Event<'static> {
+    Event::Claim {
+        id: JobId(id),
+        attempt,
+        lease_until_ms: T0 + 1_000,
+    }
+}
+
+/// Writes `events` (and raw `(type, flags, body)` records after them) as a log, then opens an
+/// engine on it.
+fn open_log(events: &[Event<'_>], raw: &[(u8, u8, Vec<u8>)]) -> Result<Engine, Error> {
+    let disk = FaultDisk::new(7);
+    let cfg = config();
+    let opts = WalOptions {
+        segment_bytes: cfg.segment_bytes,
+        record_bytes_max: 64 << 10,
+        ..WalOptions::default()
+    };
+    let (wal, _) = Wal::open(disk.storage(), opts).expect("log opens");
+    for e in events {
+        let mut body = Vec::new();
+        e.encode(&mut body);
+        wal.append(e.record_type(), &body).expect("append");
+    }
+    for (t, flags, body) in raw {
+        wal.append_with_flags(*t, *flags, body).expect("append");
+    }
+    wal.close().expect("close");
+    Engine::open_on(disk.storage(), cfg, Arc::new(ManualClock::new(T0)))
+}
+
+fn refused_at(events: &[Event<'_>]) -> u64 {
+    match open_log(events, &[]) {
+        Err(Error::UndecodableRecord { lsn, reason }) => {
+            assert!(!reason.is_empty());
+            lsn
+        }
+        Err(e) => panic!("refused with the wrong error: {e:?}"),
+        Ok(_) => panic!("a log the live engine could not write was replayed: {events:?}"),
+    }
+}
+
+const RESERVE: Event<'static> = Event::ReserveIds { up_to: 100 };
+
+#[test]
+fn what_the_live_engine_writes_replays() {
+    let engine = open_log(
+        &[
+            RESERVE,
+            schedule(1),
+            claim(1, 1),
+            Event::Expire {
+                id: JobId(1),
+                attempt: 1,
+            },
+            claim(1, 2),
+            schedule(2),
+            claim(2, 1),
+            Event::Complete {
+                id: JobId(2),
+                attempt: 1,
+            },
+            schedule(3),
+            Event::Cancel { id: JobId(3) },
+        ],
+        &[],
+    )
+    .expect("a live engine's log replays");
+    let job = engine.get(JobId(1)).expect("job 1 is live");
+    assert_eq!(job.attempt, 2, "interrupted at attempt 2");
+    assert!(engine.get(JobId(2)).is_none() && engine.get(JobId(3)).is_none());
+    assert_eq!(engine.recovery().interrupted, 1);
+}
+
+#[test]
+fn a_cancel_or_reschedule_of_a_leased_job_is_refused() {
+    assert_eq!(
+        refused_at(&[
+            RESERVE,
+            schedule(1),
+            claim(1, 1),
+            Event::Cancel { id: JobId(1) }
+        ]),
+        4
+    );
+    let moved = Event::Reschedule {
+        id: JobId(1),
+        due_ms: T0 + 5,
+    };
+    assert_eq!(refused_at(&[RESERVE, schedule(1), claim(1, 1), moved]), 4);
+}
+
+#[test]
+fn a_claim_must_be_the_previous_attempt_plus_one_of_a_waiting_job() {
+    assert_eq!(refused_at(&[RESERVE, schedule(1), claim(1, 2)]), 3);
+    assert_eq!(
+        refused_at(&[RESERVE, schedule(1), claim(1, 1), claim(1, 2)]),
+        4,
+        "a second claim needs the expiry of the first"
+    );
+    assert_eq!(refused_at(&[RESERVE, claim(9, 1)]), 2, "unknown job");
+    let stale_finish = Event::Complete {
+        id: JobId(1),
+        attempt: 1,
+    };
+    assert_eq!(
+        refused_at(&[RESERVE, schedule(1), stale_finish]),
+        3,
+        "a finish without a claim"
+    );
+}
+
+#[test]
+fn ids_must_be_reserved_and_increasing() {
+    assert_eq!(refused_at(&[schedule(1)]), 1, "never reserved");
+    assert_eq!(refused_at(&[RESERVE, schedule(5), schedule(4)]), 3);
+    assert_eq!(refused_at(&[RESERVE, schedule(101)]), 2);
+    assert_eq!(refused_at(&[RESERVE, RESERVE]), 2);
+}
+
+#[test]
+fn unknown_records_are_skipped_only_when_marked_skippable() {
+    let skippable = (0xE0, timewheel_wal::format::FLAG_SKIPPABLE, vec![1, 2, 3]);
+    let engine = open_log(&[RESERVE, schedule(1)], &[skippable]).expect("skipped");
+    assert_eq!(engine.recovery().skipped, 1);
+    assert!(engine.get(JobId(1)).is_some());
+    drop(engine);
+    match open_log(&[RESERVE, schedule(1)], &[(0xE0, 0, vec![1, 2, 3])]) {
+        Err(Error::UndecodableRecord { lsn: 3, .. }) => {}
+        other => panic!(
+            "an unknown record without the flag must refuse: {other:?}",
+            other = other.err()
+        ),
+    }
+}

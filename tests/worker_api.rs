@@ -1,0 +1,165 @@
+//! The worker's side as a user drives it: `next` and `claim_next` take and claim in one step;
+//! a fired id taken off the queue and never claimed comes back by itself; `cancel` says why
+//! it did nothing; batches answer per item; `drain` ends the ready stream and lets in-flight
+//! work finish.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{T0, config, fire, open_sim};
+use timewheel::{Engine, JobSpec, ManualClock, Outcome};
+use timewheel_wal::testing::FaultDisk;
+
+#[test]
+fn next_takes_and_claims_and_claim_next_batches() {
+    let disk = FaultDisk::new(70);
+    let clock = ManualClock::new(T0);
+    let engine = open_sim(&disk, &clock);
+    let ids = engine
+        .schedule_batch((0..5).map(|i| JobSpec::at(T0 + i)))
+        .expect("scheduled");
+    clock.set(T0 + 10);
+    engine.run_timers();
+    let one = engine.next(Duration::ZERO).expect("next").expect("a job");
+    assert_eq!((one.id, one.attempt, one.ready_at_ms), (ids[0], 1, T0 + 10));
+    let rest = engine.claim_next(10, Duration::ZERO).expect("claim_next");
+    assert_eq!(rest.iter().map(|c| c.id).collect::<Vec<_>>(), ids[1..]);
+    assert!(
+        engine.next(Duration::ZERO).expect("next").is_none(),
+        "nothing left"
+    );
+    let done = engine
+        .complete_batch(&[one.clone(), one])
+        .expect("complete");
+    assert_eq!(
+        done,
+        [true, false],
+        "a batch naming a job twice finishes it once"
+    );
+}
+
+#[test]
+fn a_fired_id_taken_and_never_claimed_comes_back() {
+    let disk = FaultDisk::new(71);
+    let clock = ManualClock::new(T0);
+    let mut cfg = config();
+    cfg.lease_ms = 1_000;
+    let engine = Engine::open_on(disk.storage(), cfg, Arc::new(clock.clone())).expect("opens");
+    let id = engine.schedule(JobSpec::at(T0)).expect("scheduled");
+    assert_eq!(fire(&engine), vec![id], "a worker took the id, then died");
+    clock.set(T0 + 999);
+    assert!(fire(&engine).is_empty());
+    clock.set(T0 + 1_000);
+    assert_eq!(
+        fire(&engine),
+        vec![id],
+        "queued again after the claim deadline"
+    );
+    assert_eq!(engine.stats().requeued, 1);
+    let c = engine.claim(id).expect("claim").expect("ready");
+    assert_eq!(
+        c.attempt, 1,
+        "never claimed before: still the first attempt"
+    );
+}
+
+#[test]
+fn cancel_says_why_and_batches_answer_per_item() {
+    let disk = FaultDisk::new(72);
+    let clock = ManualClock::new(T0);
+    let engine = open_sim(&disk, &clock);
+    let ids = engine
+        .schedule_batch([
+            JobSpec::at(T0),
+            JobSpec::at(T0 + 5_000),
+            JobSpec::at(T0 + 6_000),
+        ])
+        .expect("scheduled");
+    assert_eq!(fire(&engine), vec![ids[0]]);
+    let running = engine.claim(ids[0]).expect("claim").expect("ready");
+    let out = engine
+        .cancel_batch(&[ids[0], ids[1], ids[1], timewheel::JobId(999)])
+        .expect("cancel_batch");
+    assert_eq!(
+        out,
+        [
+            Outcome::Running,
+            Outcome::Done,
+            Outcome::NotFound,
+            Outcome::NotFound
+        ]
+    );
+    assert_eq!(
+        engine.reschedule(ids[1], T0).expect("reschedule"),
+        Outcome::NotFound
+    );
+    assert_eq!(
+        engine.reschedule(ids[2], T0).expect("reschedule"),
+        Outcome::Done
+    );
+    assert!(engine.complete(&running).expect("complete"));
+    assert_eq!(engine.cancel(ids[0]).expect("cancel"), Outcome::NotFound);
+    assert_eq!(fire(&engine), vec![ids[2]]);
+    let claims = engine.claim_batch(&[ids[2], ids[2]]).expect("claim_batch");
+    assert!(
+        claims[0].is_some() && claims[1].is_none(),
+        "one claim per job"
+    );
+}
+
+#[test]
+fn drain_ends_the_ready_stream_and_lets_running_work_finish() {
+    let dir = common::TempDir::new("drain");
+    let engine = Arc::new(Engine::open(timewheel::Config::new(&dir.0)).expect("opens"));
+    let ids = engine
+        .schedule_batch((0..20).map(|_| JobSpec::after(Duration::ZERO)))
+        .expect("scheduled");
+    let later = engine
+        .schedule(JobSpec::after(Duration::from_secs(3_600)))
+        .expect("scheduled");
+    // One worker holds a job while the drain starts; another loops over the raw stream.
+    let held = engine
+        .next(Duration::from_secs(20))
+        .expect("next")
+        .expect("fires");
+    let looper = std::thread::spawn({
+        let engine = Arc::clone(&engine);
+        move || {
+            let mut done = 0;
+            for id in engine.ready() {
+                if let Some(c) = engine.claim(id).expect("claim during drain") {
+                    assert!(engine.complete(&c).expect("complete during drain"));
+                    done += 1;
+                }
+            }
+            done
+        }
+    });
+    let finisher = std::thread::spawn({
+        let engine = Arc::clone(&engine);
+        move || {
+            std::thread::sleep(Duration::from_millis(50));
+            engine.complete(&held).expect("complete during drain")
+        }
+    });
+    let report = engine.drain(Duration::from_secs(20)).expect("drain");
+    assert!(
+        finisher.join().expect("finisher"),
+        "in-flight work finished during the drain"
+    );
+    let looped = looper.join().expect("the for loop over ready() ended");
+    assert_eq!(report.running, 0);
+    assert!(looped < ids.len());
+    assert!(
+        engine.schedule(JobSpec::after(Duration::ZERO)).is_err(),
+        "closed"
+    );
+    drop(engine);
+    // What was not done is durable and comes back.
+    let engine = Engine::open(timewheel::Config::new(&dir.0)).expect("reopens");
+    let s = engine.stats();
+    assert_eq!(s.scheduled + s.ready, (ids.len() - 1 - looped) as u64 + 1);
+    assert!(engine.get(later).is_some());
+}
