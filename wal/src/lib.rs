@@ -3,8 +3,8 @@
 //! A record is a type byte (`1..=0xEF`) plus opaque bytes; the log numbers records by LSN from
 //! 1 without gaps, keeps them in fixed-size preallocated segment files, makes them durable with
 //! group commit, and on open recovers: a torn tail (damage that nothing acknowledged depends
-//! on) is cut off and logged, while damage to acknowledged data refuses the open with
-//! [`Error::Corrupted`]. The byte layout is in [`format`](mod@format) and `docs/wal-format.md`.
+//! on) is cut off and logged, a damaged group is repaired from its mirror, and other damage to
+//! acknowledged data refuses the open with [`Error::Corrupted`]. The byte layout is in [`format`](mod@format) and `docs/wal-format.md`.
 //!
 //! ```
 //! use timewheel_wal::{Wal, WalOptions};
@@ -40,9 +40,13 @@
 //!   moves again, so nothing written after the failure is ever acknowledged. Reopen to go on.
 //! - **Recovery** returns exactly a gap-free prefix of what was written, containing every
 //!   acknowledged record, or refuses with `Corrupted { segment, offset, reason }`.
-//! - **Limit:** damage to the newest acknowledged records, when no later record was written
-//!   after their acknowledgement, can not be told from a torn tail and is cut. Every record
-//!   written after an acknowledgement vouches for it.
+//! - **A power cut never damages acknowledged records**, even on storage without powersafe
+//!   overwrite: every group commit starts a fresh page, so a synced page is never written
+//!   again. Damage to the newest acknowledged group is repaired from the mirror of its records
+//!   that the same sync wrote; only two independent faults (in the group and in its mirror)
+//!   can make it look like a torn tail.
+//! - **Read errors are errors**: recovery and readers read with `pread`, so a media error is
+//!   [`Error::Io`], never a `SIGBUS`.
 //!
 //! The engine shares a `Wal` through `Arc`; [`Wal::shutdown`] closes a shared log.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -66,7 +70,7 @@ pub use error::{CorruptionReason, Error};
 pub use log::Wal;
 pub use options::{Durability, RecoveryMode, WalOptions};
 pub use reader::{Iter, Record, RecordRef};
-pub use recovery::{RecoveryReport, TornTail};
+pub use recovery::{RecoveryReport, RepairedGroup, TornTail};
 pub use segment::{parse_segment_file_name, segment_file_name};
 pub use storage::mmap::MmapStorage;
 pub use storage::{Storage, StorageFile};
