@@ -2,7 +2,10 @@
 //! checked after every step against a plain model (`BTreeMap` of live jobs): acknowledged
 //! live jobs come back with their due time after every reopen and crash, cancelled and
 //! finished jobs never fire or come back, nothing fires before its due, everything due fires,
-//! claims and completions answer as the model says, and ids are never reused.
+//! claims and completions answer as the model says, ids are never reused, nothing is visible
+//! before it is durable (`schedule_batch_nowait` jobs appear only at `commit`), a fired job
+//! nobody claims comes back after the lease, and the attempt of a claim (the fencing token)
+//! survives every crash exactly (claims are durable before the worker gets them).
 #![no_main]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -10,8 +13,10 @@ use std::sync::Arc;
 
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use timewheel::{Claimed, Clock, Config, Engine, JobId, JobSpec, JobState, ManualClock};
-use timewheel_wal::testing::{CrashOptions, FaultDisk, FaultStorage};
+use timewheel::{
+    Claimed, Clock, Config, Engine, JobId, JobSpec, JobState, ManualClock, Outcome, Pending,
+};
+use timewheel_wal::testing::{CrashOptions, FaultDisk};
 
 /// Limits that keep one execution small.
 const OPS_MAX: usize = 96;
@@ -19,7 +24,7 @@ const BATCH_JOBS_MAX: u8 = 8;
 const PAYLOAD_BYTES_MAX: usize = 64;
 const REASON_BYTES_MAX: usize = 32;
 const LEASE_MS: u64 = 1_000;
-const SEGMENT_BYTES: u64 = 4096;
+const SEGMENT_BYTES: u64 = 8192;
 /// A start far from the epoch, so dues in the past stay positive.
 const T0_MS: u64 = 1_800_000_000_000;
 const DAY_MS: u64 = 86_400_000;
@@ -54,7 +59,8 @@ enum Op {
         due: DueChoice,
         spread_ms: u8,
     },
-    /// In the log but not acknowledged until a later sync: a crash may keep it or not.
+    /// In the log, not acknowledged and not visible until `Sync` commits it: a crash may keep
+    /// it or not.
     BatchNoWait {
         n: u8,
         due: DueChoice,
@@ -107,14 +113,19 @@ enum MState {
 struct MJob {
     due_ms: u64,
     state: MState,
+    /// The newest claim's attempt: durable as soon as the claim returned.
     attempt: u32,
-    /// The attempt the log holds durably (a claim is synced by the next acknowledged write).
-    attempt_durable: u32,
-    lease_until_ms: u64,
+    /// The log's last word is the claim of `attempt` (no expiry written since).
+    lease_open: bool,
+    /// `Running`: when the lease runs out. `Ready`: when the id is queued again if nobody
+    /// claims it.
+    deadline_ms: u64,
     payload: Vec<u8>,
     binary: bool,
     /// Whether its schedule record is durable (false only for `BatchNoWait` before a sync).
     durable: bool,
+    /// Whether the engine shows it (false only for `BatchNoWait` before its commit).
+    visible: bool,
 }
 
 struct Sim {
@@ -127,6 +138,8 @@ struct Sim {
     /// Ids that may never be handed out again (acknowledged at some point).
     id_floor: u64,
     held: Vec<Claimed>,
+    /// `BatchNoWait` batches not yet committed.
+    pending: Vec<(Pending, Vec<JobId>)>,
     /// The engine's time: the highest clock reading it has observed since it opened.
     engine_now_ms: u64,
     completed: u64,
@@ -174,6 +187,7 @@ impl Sim {
             gone: BTreeSet::new(),
             id_floor: 0,
             held: Vec::new(),
+            pending: Vec::new(),
             engine_now_ms: T0_MS,
             completed: 0,
             cancelled: 0,
@@ -215,7 +229,6 @@ impl Sim {
     fn all_durable(&mut self) {
         for j in self.jobs.values_mut() {
             j.durable = true;
-            j.attempt_durable = j.attempt;
         }
         self.id_floor = self.id_floor.max(self.max_known());
     }
@@ -244,14 +257,23 @@ impl Sim {
             .iter()
             .map(|(due, p, b)| JobSpec::at(*due).payload(p.clone()).binary(*b));
         let ids = if wait {
-            self.engine()
+            let ids = self
+                .engine()
                 .schedule_batch(js)
-                .expect("schedule on a healthy disk")
+                .expect("schedule on a healthy disk");
+            // The commit reads the clock.
+            self.engine_now_ms = self.engine_now_ms.max(self.clock.now_ms());
+            ids
         } else {
-            self.engine()
+            let (ids, pending) = self
+                .engine()
                 .schedule_batch_nowait(js)
-                .expect("schedule on a healthy disk")
-                .0
+                .expect("schedule on a healthy disk");
+            for id in &ids {
+                assert!(self.engine().get(*id).is_none(), "job {id} visible before commit");
+            }
+            self.pending.push((pending, ids.clone()));
+            ids
         };
         self.new_ids(&ids, n);
         for (id, (due_ms, payload, binary)) in ids.into_iter().zip(specs) {
@@ -259,11 +281,12 @@ impl Sim {
                 due_ms,
                 state: MState::Scheduled,
                 attempt: 0,
-                attempt_durable: 0,
-                lease_until_ms: 0,
+                lease_open: false,
+                deadline_ms: 0,
                 payload,
                 binary,
                 durable: false,
+                visible: wait,
             };
             self.jobs.insert(id, job);
         }
@@ -274,8 +297,20 @@ impl Sim {
 
     fn can_finish(&self, c: &Claimed) -> bool {
         self.jobs.get(&c.id).is_some_and(|j| {
-            j.attempt == c.attempt && matches!(j.state, MState::Running | MState::Ready)
+            j.visible
+                && j.lease_open
+                && j.attempt == c.attempt
+                && matches!(j.state, MState::Running | MState::Ready)
         })
+    }
+
+    /// What a cancel or reschedule of `id` does.
+    fn change_outcome(&self, id: JobId) -> Outcome {
+        match self.jobs.get(&id) {
+            Some(j) if j.visible && j.state == MState::Running => Outcome::Running,
+            Some(j) if j.visible => Outcome::Done,
+            _ => Outcome::NotFound,
+        }
     }
 
     fn finish(&mut self, c: &Claimed, completed: bool) {
@@ -317,16 +352,22 @@ impl Sim {
             Op::Sync => {
                 self.engine().sync().expect("sync on a healthy disk");
                 self.all_durable();
+                for (pending, ids) in std::mem::take(&mut self.pending) {
+                    self.engine().commit(pending).expect("commit on a healthy disk");
+                    self.engine_now_ms = self.engine_now_ms.max(self.clock.now_ms());
+                    for id in ids {
+                        if let Some(j) = self.jobs.get_mut(&id) {
+                            j.visible = true;
+                        }
+                    }
+                }
             }
             Op::Cancel { pick } => {
                 let id = self.pick_id(pick);
-                let expect = self
-                    .jobs
-                    .get(&id)
-                    .is_some_and(|j| j.state != MState::Running);
+                let expect = self.change_outcome(id);
                 let got = self.engine().cancel(id).expect("cancel on a healthy disk");
                 assert_eq!(got, expect, "cancel({id}) of {:?}", self.jobs.get(&id));
-                if got {
+                if got.is_done() {
                     self.jobs.remove(&id);
                     self.gone.insert(id);
                     self.cancelled += 1;
@@ -336,19 +377,18 @@ impl Sim {
             Op::Reschedule { pick, due } => {
                 let id = self.pick_id(pick);
                 let due_ms = self.due(due);
-                let expect = self
-                    .jobs
-                    .get(&id)
-                    .is_some_and(|j| j.state != MState::Running);
+                let expect = self.change_outcome(id);
                 let got = self
                     .engine()
                     .reschedule(id, due_ms)
                     .expect("reschedule on a healthy disk");
                 assert_eq!(got, expect, "reschedule({id}) of {:?}", self.jobs.get(&id));
-                if got {
+                if got.is_done() {
                     let j = self.jobs.get_mut(&id).expect("live");
                     j.due_ms = due_ms;
                     j.state = MState::Scheduled;
+                    // An expiry was written in front of it, if the lease was open.
+                    j.lease_open = false;
                     self.all_durable();
                 }
             }
@@ -377,8 +417,13 @@ impl Sim {
                     .filter(|(_, j)| j.state == MState::Ready)
                     .map(|(id, _)| *id)
                     .collect();
-                for id in ready {
-                    self.claim(id);
+                let got = self
+                    .engine()
+                    .claim_batch(&ready)
+                    .expect("claim_batch on a healthy disk");
+                self.engine_now_ms = self.engine_now_ms.max(self.clock.now_ms());
+                for (id, c) in ready.into_iter().zip(got) {
+                    self.claimed(id, c);
                 }
             }
             Op::Complete { pick } => {
@@ -473,6 +518,7 @@ impl Sim {
                     bit_flips_synced: 0,
                     misdirected_writes: 0,
                     undo_dir_ops,
+                    ..CrashOptions::default()
                 };
                 self.reopen(Some(opts));
             }
@@ -488,11 +534,19 @@ impl Sim {
     }
 
     fn claim(&mut self, id: JobId) {
-        let expect = self.jobs.get(&id).is_some_and(|j| j.state == MState::Ready);
         let got = self.engine().claim(id).expect("claim on a healthy disk");
         // A claim reads the clock, found job or not: the engine's time is held there from now
         // on, even if the clock later steps back (found by the campaign: crash-9e0a441c...).
         self.engine_now_ms = self.engine_now_ms.max(self.clock.now_ms());
+        self.claimed(id, got);
+    }
+
+    /// Checks what a claim of `id` returned against the model.
+    fn claimed(&mut self, id: JobId, got: Option<Claimed>) {
+        let expect = self
+            .jobs
+            .get(&id)
+            .is_some_and(|j| j.visible && j.state == MState::Ready);
         assert_eq!(
             got.is_some(),
             expect,
@@ -507,9 +561,11 @@ impl Sim {
         assert_eq!(&c.payload[..], &j.payload[..]);
         assert_eq!(c.binary, j.binary);
         assert_eq!(c.lease_until_ms, self.engine_now_ms + LEASE_MS);
+        assert!(c.ready_at_ms <= self.engine_now_ms);
         j.attempt = c.attempt;
+        j.lease_open = true;
         j.state = MState::Running;
-        j.lease_until_ms = c.lease_until_ms;
+        j.deadline_ms = c.lease_until_ms;
         self.held.retain(|h| h.id != id || h.attempt != c.attempt);
         self.held.push(c);
         // Bounded: keep the newest claims (old ones are only for stale completions).
@@ -539,35 +595,43 @@ impl Sim {
                 .jobs
                 .get(id)
                 .unwrap_or_else(|| panic!("unknown job {id} fired"));
+            assert!(j.visible, "job {id} fired before its commit");
             match j.state {
                 MState::Scheduled => {
                     assert!(j.due_ms <= now, "job {id} due {} fired at {now}", j.due_ms)
                 }
                 MState::Running => {
-                    assert!(j.lease_until_ms <= now, "lease of job {id} expired early")
+                    assert!(j.deadline_ms <= now, "lease of job {id} expired early")
                 }
-                MState::Ready => panic!("job {id} fired twice without a claim"),
+                MState::Ready => {
+                    assert!(j.deadline_ms <= now, "job {id} queued again before its deadline")
+                }
             }
         }
         for (id, j) in &self.jobs {
-            let due = match j.state {
-                MState::Scheduled => j.due_ms <= now,
-                MState::Running => j.lease_until_ms <= now,
-                MState::Ready => false,
-            };
+            let due = j.visible
+                && match j.state {
+                    MState::Scheduled => j.due_ms <= now,
+                    MState::Running | MState::Ready => j.deadline_ms <= now,
+                };
             assert!(
                 !due || fired_set.contains(id),
                 "job {id} ({j:?}) was due at {now} and did not fire"
             );
         }
         for id in fired {
-            self.jobs.get_mut(&id).expect("checked").state = MState::Ready;
+            let j = self.jobs.get_mut(&id).expect("checked");
+            j.state = MState::Ready;
+            j.deadline_ms = now + LEASE_MS;
         }
     }
 
     /// Closes cleanly (`None`) or crashes, reopens, and checks the recovered state.
     fn reopen(&mut self, crash: Option<CrashOptions>) {
         let engine = self.engine.take().expect("open");
+        // Uncommitted batches stay invisible in this incarnation; what of them is durable
+        // comes back after the open.
+        self.pending.clear();
         match &crash {
             None => {
                 engine.close().expect("close on a healthy disk");
@@ -594,8 +658,9 @@ impl Sim {
                 continue;
             };
             assert_eq!(info.due_ms, j.due_ms, "job {id} came back with another due");
-            // Missed jobs (due by now) come back ready, already queued; the rest wait.
-            let want = if j.due_ms <= self.engine_now_ms {
+            // Missed jobs (due by now) and interrupted ones (claimed) come back ready, already
+            // queued; the rest wait.
+            let want = if j.due_ms <= self.engine_now_ms || (j.visible && j.lease_open) {
                 JobState::Ready
             } else {
                 JobState::Scheduled
@@ -605,20 +670,18 @@ impl Sim {
                 "job {id} due {} came back {:?}",
                 j.due_ms, info.state
             );
-            assert!(
-                j.attempt_durable <= info.attempt && info.attempt <= j.attempt,
-                "job {id} came back with attempt {} (durable {}, last {})",
-                info.attempt,
-                j.attempt_durable,
-                j.attempt
+            assert_eq!(
+                info.attempt, j.attempt,
+                "job {id} came back with another attempt: claims are durable when they return"
             );
-            j.attempt = info.attempt;
+            assert_eq!(&info.payload[..], &j.payload[..], "job {id}'s payload");
             j.state = if want == JobState::Ready {
                 MState::Ready
             } else {
                 MState::Scheduled
             };
-            j.lease_until_ms = 0;
+            j.visible = true;
+            j.deadline_ms = self.engine_now_ms + LEASE_MS;
         }
         for id in lost {
             self.jobs.remove(&id);
@@ -668,7 +731,12 @@ impl Sim {
 
     fn check_counts(&self) {
         let s = self.engine().stats();
-        let count = |st| self.jobs.values().filter(|j| j.state == st).count() as u64;
+        let count = |st| {
+            self.jobs
+                .values()
+                .filter(|j| j.visible && j.state == st)
+                .count() as u64
+        };
         assert_eq!(
             (s.scheduled, s.ready, s.running),
             (

@@ -279,6 +279,16 @@ impl Model {
     /// A claim handed out `c`: the job fired. Checks that it may fire.
     pub fn claimed(&mut self, c: &Claimed) -> Result<(), Violation> {
         let id = c.id;
+        // A first delivery entered the ready queue at or after its due time (a redelivery may
+        // come after a reopen whose clock stepped back: its first delivery was the firing).
+        if (c.attempt == 1 && c.due_ms > c.ready_at_ms) || c.ready_at_ms > self.max_clock_ms {
+            return violation!(
+                "job {id} due {} entered the ready queue at {} (clock never past {})",
+                c.due_ms,
+                c.ready_at_ms,
+                self.max_clock_ms
+            );
+        }
         if c.due_ms > self.max_clock_ms {
             return violation!(
                 "job {id} fired early: due {} but the clock never passed {}",

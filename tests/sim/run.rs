@@ -242,6 +242,19 @@ impl Sim {
                 let drained: Vec<JobId> = live.engine.ready().try_iter().collect();
                 self.trace.event(&[20, moved as u64, drained.len() as u64]);
                 self.trace.line(|| format!("   fired {drained:?}"));
+                // Never early, checked as the job fires: against the highest clock reading
+                // the engine can have seen by now (it holds time when the clock steps back).
+                for id in &drained {
+                    if let Some(info) = live.engine.get(*id)
+                        && info.due_ms > self.model.max_clock_ms
+                    {
+                        return violation!(
+                            "job {id} fired early: due {} at clock {}",
+                            info.due_ms,
+                            self.model.max_clock_ms
+                        );
+                    }
+                }
                 live.backlog.extend(drained);
                 self.model.check_fired(&live.engine, self.clock.now_ms())?;
             }
