@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use timewheel::{Claimed, Clock, Config, Engine, Error, JobId, JobSpec, ManualClock};
+use timewheel::{Claimed, Clock, Config, Engine, Error, JobId, JobSpec, JobState, ManualClock};
 use timewheel_wal::testing::{CrashOptions, FaultDisk, SimRng, SyncFailure};
 
 use super::model::{Gone, Model, Outcome, Violation};
@@ -244,8 +244,11 @@ impl Sim {
                 self.trace.line(|| format!("   fired {drained:?}"));
                 // Never early, checked as the job fires: against the highest clock reading
                 // the engine can have seen by now (it holds time when the clock steps back).
+                // (An id queued before its job was rescheduled or cancelled is stale, not a
+                // firing: only jobs the engine shows ready count.)
                 for id in &drained {
                     if let Some(info) = live.engine.get(*id)
+                        && info.state == JobState::Ready
                         && info.due_ms > self.model.max_clock_ms
                     {
                         return violation!(
