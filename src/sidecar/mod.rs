@@ -27,7 +27,11 @@
 //!   client answers the new delivery). With `--auto-complete`, the sidecar holds no claims.
 //! - `shutdown` is answered after the flush: its ok means everything is durable. Requests after
 //!   it are ignored; no event follows its reply.
-//! - `fired_ms` is the engine's clock reading when the sidecar claimed the job.
+//! - `fired_ms` is when the job entered the ready queue (fired, or queued again after a lease
+//!   ran out); an event is printed only once its claim is durable.
+//! - Pipelined requests share syncs: each run of consecutive schedules, completes or cancels
+//!   in what arrived together is one batch call with one durability wait; replies stay in
+//!   order and each still means durable (docs/sidecar.md, "Batching").
 //! - Additions: `complete` and `fail` take an optional `"attempt"` (the one from the event):
 //!   then only that delivery is finished, else `not_found`; stats also report `redelivered`.
 //! - A line's length is counted without its newline; a line over the limit is skipped up to

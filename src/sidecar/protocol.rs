@@ -265,6 +265,10 @@ struct StatsJson {
     lateness_us_p99: u64,
     lateness_us_p999: u64,
     lateness_us_max: u64,
+    requeued: u64,
+    claim_wait_us_p50: u64,
+    claim_wait_us_p99: u64,
+    claim_wait_us_max: u64,
 }
 
 impl From<&Stats> for StatsJson {
@@ -285,6 +289,10 @@ impl From<&Stats> for StatsJson {
             lateness_us_p99: s.lateness_us_p99,
             lateness_us_p999: s.lateness_us_p999,
             lateness_us_max: s.lateness_us_max,
+            requeued: s.requeued,
+            claim_wait_us_p50: s.claim_wait_us_p50,
+            claim_wait_us_p99: s.claim_wait_us_p99,
+            claim_wait_us_max: s.claim_wait_us_max,
         }
     }
 }
@@ -547,6 +555,10 @@ mod tests {
             "lateness_us_p99",
             "lateness_us_p999",
             "lateness_us_max",
+            "requeued",
+            "claim_wait_us_p50",
+            "claim_wait_us_p99",
+            "claim_wait_us_max",
         ] {
             assert!(r["stats"][k].is_u64(), "{k} in {r}");
         }

@@ -1,11 +1,16 @@
 //! The serving loop: requests in, replies and `fired` events out.
 //!
-//! Three threads:
+//! Up to four threads:
 //! - the *reader* reads request lines ahead into a small bounded queue of chunks, each chunk
 //!   being the whole lines that had already arrived together;
 //! - the *server* (the caller's thread) answers the requests of each chunk in order, handing
-//!   runs of consecutive schedules to the engine as one batch with one durability wait;
-//! - the *deliverer* takes fired ids from `Engine::ready`, claims each and prints its event.
+//!   each run of consecutive schedules, completes or cancels to the engine as one batch call
+//!   with one durability wait (fails and reschedules go one at a time);
+//! - the *deliverer* takes the fired ids queued so far from `Engine::ready`, claims them with
+//!   one durable `claim_batch` and prints their events in one write;
+//! - with `--auto-complete`, the *completer* completes what the deliverer printed, with one
+//!   `complete_batch` for everything delivered since its last one. The deliverer never waits
+//!   on a complete's sync.
 //!
 //! Both writers share the output behind one lock, one whole line (or run of lines) at a time,
 //! so lines never interleave. A *gate* holds back the event of a job until its schedule reply
@@ -17,7 +22,7 @@ use std::io::{self, BufRead, Write};
 use std::ops::RangeInclusive;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-use crossbeam_channel::{Receiver, Sender, bounded, never, select};
+use crossbeam_channel::{Receiver, Sender, bounded, never, select, unbounded};
 use serde_json::Value;
 
 use super::lines::{Line, LineReader};
@@ -31,6 +36,10 @@ use crate::job::{Claimed, JobId, JobSpec};
 const CHUNK_BYTES_MAX: usize = 256 << 10;
 /// Largest number of lines in one chunk, and so in one schedule batch.
 const CHUNK_LINES_MAX: usize = 4096;
+/// Largest number of fired jobs claimed with one sync and printed with one write.
+const DELIVER_BATCH_MAX: usize = 4096;
+/// Largest number of jobs auto-completed with one sync.
+const COMPLETE_BATCH_MAX: usize = 16384;
 /// Chunks read ahead of the one being served. With `CHUNK_BYTES_MAX` plus one line of
 /// `Config::line_bytes_max` per chunk, this bounds the memory held by read-ahead.
 const CHUNKS_AHEAD_MAX: usize = 4;
@@ -112,13 +121,32 @@ where
         let (quit_tx, quit_rx) = bounded::<()>(0);
         let (fatal_tx, fatal_rx) = bounded::<io::Error>(1);
         let server = &server;
+        let (completer_tx, completer_rx) = if server.auto_complete {
+            let (tx, rx) = unbounded::<Vec<Claimed>>();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        let completer = completer_rx
+            .map(|rx| {
+                std::thread::Builder::new()
+                    .name("timewheel-sidecar-complete".into())
+                    .spawn_scoped(scope, move || server.auto_complete(&rx))
+            })
+            .transpose()?;
         let deliverer = std::thread::Builder::new()
             .name("timewheel-sidecar-out".into())
-            .spawn_scoped(scope, move || server.deliver(&quit_rx, &fatal_tx))?;
+            .spawn_scoped(scope, move || {
+                server.deliver(&quit_rx, &fatal_tx, completer_tx.as_ref());
+            })?;
         let outcome = server.run(&chunk_rx, &stop, &fatal_rx);
         drop(quit_tx);
-        if let Err(panic) = deliverer.join() {
-            std::panic::resume_unwind(panic);
+        // The deliverer first: its end closes the completer's queue, and the completer then
+        // finishes what it was handed before the engine shuts down.
+        for handle in std::iter::once(deliverer).chain(completer) {
+            if let Err(panic) = handle.join() {
+                std::panic::resume_unwind(panic);
+            }
         }
         outcome
     });
@@ -231,6 +259,10 @@ impl<W: Write + Send> Server<'_, W> {
 
     /// Answers a chunk of requests in order. Returns the `req` of a shutdown request, after
     /// which the rest of the input is ignored.
+    ///
+    /// Consecutive requests of one batchable kind (schedules, completes, cancels) go to the
+    /// engine as one batch call: one log append and one durability wait for the whole run,
+    /// answered in order once it is durable.
     fn serve_chunk(&self, lines: Vec<Line>) -> io::Result<Option<Value>> {
         let mut requests = lines
             .into_iter()
@@ -245,23 +277,136 @@ impl<W: Write + Send> Server<'_, W> {
                 ),
             })
             .peekable();
-        let mut run = Vec::new();
         while let Some((req, request)) = requests.next() {
-            match request {
-                Ok(Request::Schedule(spec)) => {
-                    run.push((req, spec));
-                    let next_is_schedule =
-                        matches!(requests.peek(), Some((_, Ok(Request::Schedule(_)))));
-                    if !next_is_schedule || run.len() >= self.batch_jobs_max {
-                        self.schedule_run(std::mem::take(&mut run))?;
+            let kind = RunKind::of(&request);
+            let mut run = vec![(req, request)];
+            if kind != RunKind::Single {
+                while run.len() < self.batch_jobs_max
+                    && requests.peek().is_some_and(|(_, r)| RunKind::of(r) == kind)
+                {
+                    run.push(requests.next().expect("peeked"));
+                }
+            }
+            match kind {
+                RunKind::Schedule => self.schedule_run(
+                    run.into_iter()
+                        .map(|(req, r)| match r {
+                            Ok(Request::Schedule(spec)) => (req, spec),
+                            _ => unreachable!("a run of schedules"),
+                        })
+                        .collect(),
+                )?,
+                RunKind::Complete => self.complete_run(
+                    run.into_iter()
+                        .map(|(req, r)| match r {
+                            Ok(Request::Complete(id, attempt)) => (req, id, attempt),
+                            _ => unreachable!("a run of completes"),
+                        })
+                        .collect(),
+                )?,
+                RunKind::Cancel => self.cancel_run(
+                    run.into_iter()
+                        .map(|(req, r)| match r {
+                            Ok(Request::Cancel(id)) => (req, id),
+                            _ => unreachable!("a run of cancels"),
+                        })
+                        .collect(),
+                )?,
+                RunKind::Single => {
+                    let (req, request) = run.pop().expect("one request");
+                    match request {
+                        Ok(Request::Shutdown) => return Ok(Some(req)),
+                        Ok(request) => self.write(&render_reply(&req, &self.execute(request)))?,
+                        Err(message) => {
+                            self.write(&render_reply(&req, &Reply::bad_request(message)))?;
+                        }
                     }
                 }
-                Ok(Request::Shutdown) => return Ok(Some(req)),
-                Ok(request) => self.write(&render_reply(&req, &self.execute(request)))?,
-                Err(message) => self.write(&render_reply(&req, &Reply::bad_request(message)))?,
             }
         }
         Ok(None)
+    }
+
+    /// Completes a run of consecutive `complete` requests with one `complete_batch` (one
+    /// durability wait), then answers each in order as it would have been answered alone:
+    /// ok, or `not_found` unless this sidecar holds the job's claim (the one `attempt` names).
+    fn complete_run(&self, run: Vec<(Value, JobId, Option<u32>)>) -> io::Result<()> {
+        // The claim each request finishes, looked up as `fail` does. A job named twice gets
+        // the same claim twice; the engine finishes it once and answers false the second
+        // time, so the second request is not_found, as it would be one by one.
+        let held: Vec<Option<Claimed>> = {
+            let claims = lock(&self.claims);
+            run.iter()
+                .map(|(_, id, attempt)| {
+                    claims
+                        .get(id)
+                        .filter(|c| attempt.is_none_or(|a| a == c.attempt))
+                        .cloned()
+                })
+                .collect()
+        };
+        let batch: Vec<Claimed> = held.iter().flatten().cloned().collect();
+        let result = if batch.is_empty() {
+            Ok(Vec::new())
+        } else {
+            tracing::trace!(
+                jobs = batch.len(),
+                "completing a run of requests as one batch"
+            );
+            self.engine.complete_batch(&batch)
+        };
+        if result.is_ok() {
+            // Forget the claims, unless a redelivery replaced one meanwhile.
+            let mut claims = lock(&self.claims);
+            for c in &batch {
+                if claims.get(&c.id).is_some_and(|h| h.attempt == c.attempt) {
+                    claims.remove(&c.id);
+                }
+            }
+        }
+        let mut done = result.as_ref().map(|d| d.iter());
+        let mut lines = Vec::with_capacity(run.len() * 32);
+        for ((req, id, _), held) in run.iter().zip(&held) {
+            let reply = match (held, &mut done) {
+                (None, _) => Reply::not_found(*id),
+                (Some(_), Ok(done)) => {
+                    if *done.next().expect("one answer per claim") {
+                        Reply::Done
+                    } else {
+                        // The lease ran out and the job was delivered again (or is about
+                        // to be), or the run named it twice.
+                        Reply::not_found(*id)
+                    }
+                }
+                // Kept: the client may try again.
+                (Some(_), Err(e)) => Reply::engine_error(e),
+            };
+            lines.extend_from_slice(&render_reply(req, &reply));
+        }
+        self.write(&lines)
+    }
+
+    /// Cancels a run of consecutive `cancel` requests with one `cancel_batch` (one durability
+    /// wait), then answers each in order.
+    fn cancel_run(&self, run: Vec<(Value, JobId)>) -> io::Result<()> {
+        let ids: Vec<JobId> = run.iter().map(|(_, id)| *id).collect();
+        if ids.len() > 1 {
+            tracing::trace!(
+                jobs = ids.len(),
+                "cancelling a run of requests as one batch"
+            );
+        }
+        let result = self.engine.cancel_batch(&ids);
+        let mut lines = Vec::with_capacity(run.len() * 48);
+        for (i, (req, _)) in run.iter().enumerate() {
+            let reply = match &result {
+                // An id named twice is NotFound the second time: false, as one by one.
+                Ok(outcomes) => Reply::Cancelled(outcomes[i].is_done()),
+                Err(e) => Reply::engine_error(e),
+            };
+            lines.extend_from_slice(&render_reply(req, &reply));
+        }
+        self.write(&lines)
     }
 
     /// Schedules consecutive requests as one batch when they are all valid, else one by one,
@@ -312,36 +457,31 @@ impl<W: Write + Send> Server<'_, W> {
         Ok((ids, guard))
     }
 
-    /// Runs a request other than schedule and shutdown.
+    /// Runs a request that is served alone: reschedule, fail, stats.
     fn execute(&self, request: Request) -> Reply {
         let e = self.engine;
         let result = match request {
-            Request::Cancel(id) => e.cancel(id).map(|o| Reply::Cancelled(o.is_done())),
             Request::Reschedule(id, due_ms) => e
                 .reschedule(id, due_ms)
                 .map(|o| Reply::Rescheduled(o.is_done())),
-            Request::Complete(id, attempt) => return self.finish(id, attempt, None),
-            Request::Fail(id, reason, attempt) => return self.finish(id, attempt, Some(&reason)),
+            Request::Fail(id, reason, attempt) => return self.fail(id, attempt, &reason),
             Request::Stats => Ok(Reply::Stats(Box::new(e.stats()))),
-            Request::Schedule(_) | Request::Shutdown => {
-                unreachable!("schedule and shutdown are served by serve_chunk")
+            Request::Schedule(_) | Request::Complete(..) | Request::Cancel(_) => {
+                unreachable!("batched requests are served in runs by serve_chunk")
             }
+            Request::Shutdown => unreachable!("shutdown is served by serve_chunk"),
         };
         result.unwrap_or_else(|e| Reply::engine_error(&e))
     }
 
-    /// Completes (`reason` None) or fails a job through the claim this sidecar holds: the
-    /// newest delivery, or exactly `attempt` when the client names it.
-    fn finish(&self, id: JobId, attempt: Option<u32>, reason: Option<&str>) -> Reply {
+    /// Fails a job through the claim this sidecar holds: the newest delivery, or exactly
+    /// `attempt` when the client names it.
+    fn fail(&self, id: JobId, attempt: Option<u32>, reason: &str) -> Reply {
         let held = lock(&self.claims).get(&id).cloned();
         let Some(claimed) = held.filter(|c| attempt.is_none_or(|a| a == c.attempt)) else {
             return Reply::not_found(id);
         };
-        let result = match reason {
-            None => self.engine.complete(&claimed),
-            Some(reason) => self.engine.fail(&claimed, reason),
-        };
-        match result {
+        match self.engine.fail(&claimed, reason) {
             Ok(done) => {
                 // Forget the claim, unless a redelivery replaced it meanwhile.
                 let mut claims = lock(&self.claims);
@@ -363,43 +503,111 @@ impl<W: Write + Send> Server<'_, W> {
         }
     }
 
-    /// The deliverer: claims fired jobs and prints their events until `quit` closes.
-    fn deliver(&self, quit: &Receiver<()>, fatal: &Sender<io::Error>) {
+    /// The deliverer: takes fired ids in batches, claims each batch with one durable
+    /// `claim_batch` (the claims are durable before any event is printed: the fencing
+    /// guarantee), prints the batch's events in one write, and hands them to the completer
+    /// with `--auto-complete`. It never waits for a complete, so a sync for completes never
+    /// delays the next fired event. Runs until `quit` closes.
+    fn deliver(
+        &self,
+        quit: &Receiver<()>,
+        fatal: &Sender<io::Error>,
+        completer: Option<&Sender<Vec<Claimed>>>,
+    ) {
         let ready = self.engine.ready();
+        let mut ids = Vec::with_capacity(DELIVER_BATCH_MAX);
         loop {
-            let id = select! {
+            ids.clear();
+            select! {
                 recv(quit) -> _ => return,
                 recv(ready) -> id => match id {
-                    Ok(id) => id,
+                    Ok(id) => ids.push(id),
                     Err(_) => return,
                 },
-            };
-            self.gate.wait_open(id);
-            let claimed = match self.engine.claim(id) {
-                Ok(Some(claimed)) => claimed,
-                // Cancelled or rescheduled after it fired: nothing to deliver.
-                Ok(None) => continue,
+            }
+            // Whatever else fired meanwhile shares this claim's sync.
+            ids.extend(ready.try_iter().take(DELIVER_BATCH_MAX - 1));
+            let claimed: Vec<Claimed> = match self.engine.claim_batch(&ids) {
+                // None: cancelled or rescheduled after it fired, nothing to deliver.
+                Ok(claimed) => claimed.into_iter().flatten().collect(),
                 Err(e) => {
-                    tracing::warn!(%id, error = %e, "claiming a fired job failed");
+                    // The ids come back by themselves once unclaimed for a lease.
+                    tracing::warn!(jobs = ids.len(), error = %e, "claiming fired jobs failed");
                     continue;
                 }
             };
-            let line = render_fired(&claimed, claimed.ready_at_ms);
-            if !self.auto_complete {
-                // Held before the event is out, so the client's complete always finds it.
-                lock(&self.claims).insert(id, claimed.clone());
+            if claimed.is_empty() {
+                continue;
             }
-            if let Err(e) = self.write(&line) {
+            let mut lines = Vec::with_capacity(claimed.len() * 96);
+            for c in &claimed {
+                self.gate.wait_open(c.id);
+                lines.extend_from_slice(&render_fired(c, c.ready_at_ms));
+            }
+            if completer.is_none() {
+                // Held before the events are out, so the client's complete always finds them.
+                let mut claims = lock(&self.claims);
+                for c in &claimed {
+                    claims.insert(c.id, c.clone());
+                }
+            }
+            if let Err(e) = self.write(&lines) {
                 let _ = fatal.send(e);
                 return;
             }
-            if self.auto_complete {
-                match self.engine.complete(&claimed) {
-                    Ok(true) => {}
-                    Ok(false) => tracing::debug!(%id, "auto-complete after the lease ran out"),
-                    Err(e) => tracing::warn!(%id, error = %e, "auto-complete failed"),
+            if let Some(completer) = completer {
+                // Unbounded: the completer never holds the deliverer up. It ends only after
+                // this thread, so the send succeeds.
+                let _ = completer.send(claimed);
+            }
+        }
+    }
+
+    /// The completer of `--auto-complete`: completes the delivered jobs with one
+    /// `complete_batch` (one durability wait) for all that were delivered meanwhile. Ends once
+    /// the deliverer ended and everything it handed over is completed.
+    fn auto_complete(&self, delivered: &Receiver<Vec<Claimed>>) {
+        while let Ok(mut batch) = delivered.recv() {
+            while batch.len() < COMPLETE_BATCH_MAX {
+                match delivered.try_recv() {
+                    Ok(more) => batch.extend(more),
+                    Err(_) => break,
                 }
             }
+            match self.engine.complete_batch(&batch) {
+                Ok(done) => {
+                    for (c, done) in batch.iter().zip(done) {
+                        if !done {
+                            tracing::debug!(id = %c.id, "auto-complete after the lease ran out");
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(jobs = batch.len(), error = %e, "auto-complete failed");
+                }
+            }
+        }
+    }
+}
+
+/// How a request is served: batched with its neighbours of the same kind, or alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunKind {
+    Schedule,
+    Complete,
+    Cancel,
+    /// Fail, reschedule, stats, shutdown and bad requests: one at a time (the engine has no
+    /// batch form of fail or reschedule).
+    Single,
+}
+
+impl RunKind {
+    fn of(request: &std::result::Result<Request, String>) -> Self {
+        match request {
+            Ok(Request::Schedule(_)) => RunKind::Schedule,
+            Ok(Request::Complete(..)) => RunKind::Complete,
+            Ok(Request::Cancel(_)) => RunKind::Cancel,
+            _ => RunKind::Single,
         }
     }
 }
