@@ -5,29 +5,31 @@
 //! - every schedule whose reply was received fires (again) after a restart, unless its cancel or
 //!   its completion was acknowledged;
 //! - no job fires after its cancel or its completion was acknowledged;
-//! - nothing fires before its due time; no id is ever handed out twice.
+//! - nothing fires before its due time, by the test's own clock when it reads the event (not
+//!   the `fired_ms` the sidecar reports); no id is ever handed out twice.
+//!
+//! Requests go one at a time and, now and then, as a burst of completes and cancels written at
+//! once, which the sidecar serves as batches with one sync each.
 //!
 //! `cargo test` runs a few rounds; `KILL_ROUNDS=100 cargo test --release --test kill9_rounds`
 //! runs a campaign (`KILL_SEED` picks the random stream). Timeouts only guard against hangs.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+mod common;
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::sidecar::{SEEN_MS, Sidecar, id_of, now_ms};
 use serde_json::{Value, json};
 use timewheel_wal::testing::SimRng;
 
 const GUARD: Duration = Duration::from_secs(30);
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("after 1970")
-        .as_millis() as u64
-}
+/// The options of every life: a lease longer than the test, so a delivery is never repeated
+/// within a life.
+const LEASE: [&str; 2] = ["--lease-ms", "60000"];
 
 /// What the client was told: the oracle.
 #[derive(Default)]
@@ -47,16 +49,22 @@ struct Oracle {
 }
 
 impl Oracle {
+    /// Checks an event against what the client was told. "Never early" is judged by the
+    /// test's own clock when it read the line, not by the `fired_ms` the sidecar reports.
     fn on_event(&mut self, ev: &Value) {
-        let id: u64 = ev["id"]
-            .as_str()
-            .and_then(|s| s.parse().ok())
-            .expect("event id");
+        let id = id_of(ev);
         let due = ev["due_ms"].as_u64().expect("due_ms");
-        let fired_ms = ev["fired_ms"].as_u64().expect("fired_ms");
-        if fired_ms < due {
+        let seen_ms = ev[SEEN_MS].as_u64().expect("stamped by the helper");
+        if seen_ms < due {
             self.violations.push(format!(
-                "job {id} fired at {fired_ms}, before its due {due}"
+                "job {id} read at {seen_ms} by the test's clock, before its due {due}"
+            ));
+        }
+        if let Some(&acked_due) = self.scheduled.get(&id)
+            && acked_due != due
+        {
+            self.violations.push(format!(
+                "job {id} fired with due {due}, scheduled for {acked_due}"
             ));
         }
         if self.finished.contains(&id) {
@@ -65,6 +73,12 @@ impl Oracle {
             ));
         }
         self.fired.insert(id);
+    }
+
+    fn take_events(&mut self, sc: &mut Sidecar) {
+        for ev in sc.take_events() {
+            self.on_event(&ev);
+        }
     }
 
     /// Jobs that must still fire.
@@ -77,94 +91,19 @@ impl Oracle {
     }
 }
 
-struct Sidecar {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Receiver<String>,
-}
-
-impl Sidecar {
-    fn start(dir: &Path, auto_complete: bool) -> Sidecar {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_timewheel"));
-        cmd.arg("serve")
-            .arg("--dir")
-            .arg(dir)
-            .args(["--lease-ms", "60000"]);
-        if auto_complete {
-            cmd.arg("--auto-complete");
-        }
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn timewheel serve");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(l) = line else { return };
-                if tx.send(l).is_err() {
-                    return;
-                }
-            }
-        });
-        let stdin = child.stdin.take().expect("stdin");
-        Sidecar {
-            child,
-            stdin,
-            lines,
-        }
-    }
-
-    /// Sends a request and waits for its reply, feeding events to the oracle. `None` when the
-    /// process died first (the request's outcome is then unknown).
-    fn call(&mut self, oracle: &mut Oracle, mut req: Value, tag: u64) -> Option<Value> {
-        req["req"] = json!(tag);
-        let line = format!("{req}\n");
-        if self
-            .stdin
-            .write_all(line.as_bytes())
-            .and_then(|()| self.stdin.flush())
-            .is_err()
-        {
-            return None;
-        }
-        let deadline = Instant::now() + GUARD;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(l) => {
-                    let v: Value = serde_json::from_str(&l).expect("every stdout line is JSON");
-                    if v.get("event").is_some() {
-                        oracle.on_event(&v);
-                    } else if v["req"] == json!(tag) {
-                        return Some(v);
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => return None,
-                Err(RecvTimeoutError::Timeout) => panic!("no reply within the guard time"),
-            }
-        }
-    }
-
-    fn kill(mut self) {
-        self.child.kill().ok(); // SIGKILL
-        self.child.wait().ok();
-    }
-}
-
-fn id_of(v: &Value) -> u64 {
-    v["id"]
-        .as_str()
+/// The id a cancel or complete names.
+fn target(req: &Value) -> Option<u64> {
+    req.get("id")
+        .and_then(|v| v.as_str())
         .and_then(|s| s.parse().ok())
-        .expect("a decimal-string id")
 }
 
-/// One life of the sidecar: random requests until a SIGKILL at a random moment.
+/// One life of the sidecar: random requests until a SIGKILL at a random moment. Some steps
+/// write a burst of completes and cancels at once, so that the kill also lands in the middle
+/// of batches the sidecar serves with one sync.
 fn life(dir: &Path, rng: &mut SimRng, oracle: &mut Oracle, tag: &mut u64) {
-    let mut sc = Sidecar::start(dir, false);
-    let pid = sc.child.id();
+    let mut sc = Sidecar::start_quiet(dir, &LEASE);
+    let pid = sc.pid();
     let kill_after = Duration::from_millis(rng.below(400));
     let killer = std::thread::spawn(move || {
         std::thread::sleep(kill_after);
@@ -173,64 +112,88 @@ fn life(dir: &Path, rng: &mut SimRng, oracle: &mut Oracle, tag: &mut u64) {
             .status()
             .ok();
     });
-    let mut held: Vec<u64> = Vec::new(); // fired in this life, not yet completed
-    loop {
-        *tag += 1;
+    'life: loop {
+        // Fired in some life and not finished: this life may hold them (or deliver them
+        // soon); completing one it does not hold is answered not_found, which is fine.
+        let held: Vec<u64> = oracle
+            .fired
+            .iter()
+            .copied()
+            .filter(|id| !oracle.finished.contains(id) && !oracle.maybe_finished.contains(id))
+            .collect();
+        let owed: Vec<u64> = oracle.owed().into_iter().collect();
+        let pick = |rng: &mut SimRng, from: &[u64]| from[rng.below(from.len() as u64) as usize];
         let op = rng.below(10);
-        let req = if op < 6 || oracle.scheduled.is_empty() {
-            json!({"op": "schedule", "due_ms": now_ms() + rng.below(600), "payload": "k"})
+        let requests: Vec<Value> = if op < 6 || owed.is_empty() {
+            vec![json!({"op": "schedule", "due_ms": now_ms() + rng.below(600), "payload": "k"})]
         } else if op < 8 {
-            let owed: Vec<u64> = oracle.owed().into_iter().collect();
-            if owed.is_empty() {
-                continue;
-            }
-            let id = owed[rng.below(owed.len() as u64) as usize];
-            json!({"op": "cancel", "id": id.to_string()})
-        } else {
-            held.retain(|id| !oracle.finished.contains(id));
-            let fired_now: Vec<u64> = oracle
-                .fired
-                .iter()
-                .copied()
-                .filter(|id| !oracle.finished.contains(id))
-                .collect();
-            held.extend(fired_now);
+            vec![json!({"op": "cancel", "id": pick(rng, &owed).to_string()})]
+        } else if op < 9 {
             let Some(&id) = held.first() else { continue };
-            json!({"op": "complete", "id": id.to_string()})
-        };
-        let kind = req["op"].as_str().expect("op").to_owned();
-        let target = req
-            .get("id")
-            .and_then(|v| v.as_str())
-            .and_then(|s| s.parse::<u64>().ok());
-        let Some(reply) = sc.call(oracle, req.clone(), *tag) else {
-            // Killed: this request's outcome is unknown.
-            if let Some(id) = target {
-                oracle.maybe_finished.insert(id);
+            vec![json!({"op": "complete", "id": id.to_string()})]
+        } else {
+            // A burst: completes of what may be held, then cancels of what is owed.
+            let mut burst: Vec<Value> = held
+                .iter()
+                .take(20)
+                .map(|id| json!({"op": "complete", "id": id.to_string()}))
+                .collect();
+            for _ in 0..rng.below(6) {
+                burst.push(json!({"op": "cancel", "id": pick(rng, &owed).to_string()}));
             }
+            burst
+        };
+        let first_tag = *tag + 1;
+        let mut bytes = Vec::new();
+        for request in &requests {
+            *tag += 1;
+            let mut request = request.clone();
+            request["req"] = json!(*tag);
+            bytes.extend_from_slice(format!("{request}\n").as_bytes());
+        }
+        if !sc.try_write(&bytes) {
+            // Killed before reading any: their outcomes are unknown.
+            oracle
+                .maybe_finished
+                .extend(requests.iter().filter_map(target));
             break;
-        };
-        match kind.as_str() {
-            "schedule" => {
-                assert_eq!(reply["ok"], json!(true), "schedule: {reply}");
-                let id = id_of(&reply);
-                if !oracle.ids.insert(id) {
-                    oracle.violations.push(format!("id {id} handed out twice"));
-                }
+        }
+        for (i, request) in requests.iter().enumerate() {
+            let reply = sc.try_reply();
+            oracle.take_events(&mut sc);
+            let Some(reply) = reply else {
+                // Killed: this request's outcome, and the later ones', are unknown.
                 oracle
-                    .scheduled
-                    .insert(id, req["due_ms"].as_u64().expect("due"));
-            }
-            "cancel" => {
-                if reply["cancelled"] == json!(true) {
-                    oracle.finished.insert(target.expect("id"));
+                    .maybe_finished
+                    .extend(requests[i..].iter().filter_map(target));
+                break 'life;
+            };
+            assert_eq!(
+                reply["req"],
+                json!(first_tag + i as u64),
+                "in order: {reply}"
+            );
+            match request["op"].as_str().expect("op") {
+                "schedule" => {
+                    assert_eq!(reply["ok"], json!(true), "schedule: {reply}");
+                    let id = id_of(&reply);
+                    if !oracle.ids.insert(id) {
+                        oracle.violations.push(format!("id {id} handed out twice"));
+                    }
+                    oracle
+                        .scheduled
+                        .insert(id, request["due_ms"].as_u64().expect("due"));
                 }
-            }
-            _ => {
-                if reply["ok"] == json!(true) {
-                    oracle.finished.insert(target.expect("id"));
+                "cancel" => {
+                    if reply["cancelled"] == json!(true) {
+                        oracle.finished.insert(target(request).expect("id"));
+                    }
                 }
-                held.retain(|&h| Some(h) != target);
+                _ => {
+                    if reply["ok"] == json!(true) {
+                        oracle.finished.insert(target(request).expect("id"));
+                    }
+                }
             }
         }
     }
@@ -242,6 +205,7 @@ fn run_campaign(seed: u64, rounds: u64) {
     let dir: PathBuf =
         std::env::temp_dir().join(format!("timewheel-kill9-{}-{seed}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("kill -9 campaign: KILL_SEED={seed} KILL_ROUNDS={rounds}");
     let mut rng = SimRng::new(seed);
     let mut oracle = Oracle::default();
     let mut tag = 0;
@@ -249,31 +213,27 @@ fn run_campaign(seed: u64, rounds: u64) {
         life(&dir, &mut rng, &mut oracle, &mut tag);
     }
     // A last life that completes everything: every owed job must fire, the rest never.
-    let mut sc = Sidecar::start(&dir, true);
+    let mut sc = Sidecar::start_quiet(&dir, &["--auto-complete", LEASE[0], LEASE[1]]);
     let owed = oracle.owed();
     let deadline = Instant::now() + GUARD;
     let mut fired_last: BTreeSet<u64> = BTreeSet::new();
-    while !owed.is_subset(&fired_last) && Instant::now() < deadline {
-        if let Ok(l) = sc.lines.recv_timeout(Duration::from_millis(200)) {
-            let v: Value = serde_json::from_str(&l).expect("JSON line");
-            if v.get("event").is_some() {
-                oracle.on_event(&v);
-                fired_last.insert(id_of(&v));
-            }
+    let watch = |sc: &mut Sidecar, oracle: &mut Oracle, fired_last: &mut BTreeSet<u64>| {
+        if let Ok(Some(v)) = sc.next_line_within(Duration::from_millis(50))
+            && v.get("event").is_some()
+        {
+            oracle.on_event(&v);
+            fired_last.insert(id_of(&v));
         }
+    };
+    while !owed.is_subset(&fired_last) && Instant::now() < deadline {
+        watch(&mut sc, &mut oracle, &mut fired_last);
     }
     // Give any wrongly resurrected job (one due up to 600 ms ahead) time to show itself.
     let settle = Instant::now() + Duration::from_millis(700);
     while Instant::now() < settle {
-        if let Ok(l) = sc.lines.recv_timeout(Duration::from_millis(50)) {
-            let v: Value = serde_json::from_str(&l).expect("JSON line");
-            if v.get("event").is_some() {
-                oracle.on_event(&v);
-            }
-        }
+        watch(&mut sc, &mut oracle, &mut fired_last);
     }
-    drop(sc.stdin);
-    sc.child.wait().ok();
+    assert!(sc.finish().success(), "the last life exits 0");
     let missing: Vec<_> = owed.difference(&fired_last).collect();
     if !missing.is_empty() {
         oracle.violations.push(format!(
