@@ -1,0 +1,393 @@
+//! The sidecar measured from the outside: a client drives `timewheel serve` over pipes, as a
+//! client in another language would, and times everything on its own clock.
+//!
+//! ```sh
+//! cargo bench -p timewheel-benches --bench sidecar
+//! ```
+//!
+//! builds `target/release/timewheel` (`cargo build --release --bin timewheel`), then runs:
+//! - **end to end**: `SIDECAR_JOBS` (default 200,000) schedules due at once, pipelined; the
+//!   client completes each job as its `fired` event arrives. Jobs/s from the first schedule
+//!   written to the last complete acknowledged. Again with `--auto-complete` (the client
+//!   only schedules and reads events): to the last event, and to `stats` showing every job
+//!   completed.
+//! - **fire lateness** with `--auto-complete`, at about 1k and 20k fires/s: jobs scheduled
+//!   up front, due one after another over several seconds; lateness is the client's clock
+//!   when it reads the event line minus `due_ms` (so it includes the claim's sync, the pipe
+//!   and the client's own scheduling). p50/p99/p99.9/max, and how many came early.
+//!
+//! The data directory is under the system temp dir (not tmpfs: a sync there costs nothing).
+//! Release builds only; numbers vary with the disk and with whatever else runs.
+
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use hdrhistogram::Histogram;
+
+/// Requests written per flush by the client's writer.
+const WRITE_BATCH: usize = 1024;
+
+fn main() {
+    let bin = build_binary();
+    let jobs: usize = std::env::var("SIDECAR_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200_000);
+    println!("sidecar bench: {} ({jobs} jobs end to end)", bin.display());
+    let manual = end_to_end(&bin, jobs, false);
+    println!(
+        "end to end, client completes:   {:>9.0} jobs/s  ({jobs} jobs in {:.2} s)",
+        jobs as f64 / manual.done.as_secs_f64(),
+        manual.done.as_secs_f64()
+    );
+    let auto = end_to_end(&bin, jobs, true);
+    println!(
+        "end to end, --auto-complete:    {:>9.0} jobs/s to the last event ({:.2} s), {:.0} jobs/s to all completed ({:.2} s)",
+        jobs as f64 / auto.fired.as_secs_f64(),
+        auto.fired.as_secs_f64(),
+        jobs as f64 / auto.done.as_secs_f64(),
+        auto.done.as_secs_f64()
+    );
+    for (rate, secs) in [(1_000, 10), (20_000, 5)] {
+        let l = lateness(&bin, rate, secs);
+        println!(
+            "fire lateness, --auto-complete, {rate:>6} fires/s x {secs} s: p50 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms, early {} of {}",
+            ms(l.hist.value_at_quantile(0.50)),
+            ms(l.hist.value_at_quantile(0.99)),
+            ms(l.hist.value_at_quantile(0.999)),
+            ms(l.hist.max()),
+            l.early,
+            l.hist.len() + l.early
+        );
+        println!(
+            "    engine's own view: due to ready p50/p99/p99.9/max {:?} ms, ready to claim p50/p99/max {:?} ms",
+            l.engine, l.claim_wait
+        );
+    }
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+/// Builds the release binary and returns its path, beside this bench's own executable
+/// (`target/release/deps/sidecar-*` -> `target/release/timewheel`).
+fn build_binary() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the benches crate is in the workspace");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(root)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "timewheel",
+            "--bin",
+            "timewheel",
+        ])
+        .status()
+        .expect("run cargo build");
+    assert!(
+        status.success(),
+        "cargo build --release --bin timewheel failed"
+    );
+    let exe = std::env::current_exe().expect("own path");
+    let release = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/release/deps/<bench>");
+    let bin = release.join("timewheel");
+    assert!(bin.exists(), "{} was not built", bin.display());
+    bin
+}
+
+fn now_us() -> u64 {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970");
+    u64::try_from(d.as_micros()).expect("fits")
+}
+
+/// A fresh data directory, removed when dropped.
+struct DataDir(PathBuf);
+
+impl DataDir {
+    fn new(name: &str) -> Self {
+        let d = std::env::temp_dir().join(format!(
+            "timewheel-bench-sidecar-{}-{name}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        DataDir(d)
+    }
+}
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running sidecar: its stdin, and its stdout lines with the client's clock (µs since the
+/// epoch) at the moment each was read.
+struct Sidecar {
+    child: Child,
+    stdin: Option<BufWriter<ChildStdin>>,
+    lines: Receiver<(u64, String)>,
+}
+
+impl Sidecar {
+    fn start(bin: &Path, dir: &Path, args: &[&str]) -> Self {
+        let mut child = Command::new(bin)
+            .arg("serve")
+            .arg("--dir")
+            .arg(dir)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn timewheel serve");
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::with_capacity(1 << 16, stdout).lines() {
+                let Ok(line) = line else { return };
+                if tx.send((now_us(), line)).is_err() {
+                    return;
+                }
+            }
+        });
+        let stdin = Some(BufWriter::with_capacity(
+            1 << 16,
+            child.stdin.take().expect("piped"),
+        ));
+        Sidecar {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    fn recv(&self) -> (u64, String) {
+        self.lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a line within 60 s")
+    }
+
+    /// Closes stdin and waits for exit 0.
+    fn finish(mut self) {
+        drop(self.stdin.take());
+        let status = self.child.wait().expect("wait");
+        assert!(status.success(), "the sidecar exited with {status}");
+    }
+}
+
+/// The string value of `"field":"..."` in a line, without a JSON parser (the client must not
+/// be the bottleneck on two cores).
+fn str_field<'a>(line: &'a str, field: &str) -> Option<&'a str> {
+    let key = format!("\"{field}\":\"");
+    let start = line.find(&key)? + key.len();
+    let len = line[start..].find('"')?;
+    Some(&line[start..start + len])
+}
+
+fn num_field(line: &str, field: &str) -> Option<u64> {
+    let key = format!("\"{field}\":");
+    let start = line.find(&key)? + key.len();
+    let digits = line[start..].bytes().take_while(u8::is_ascii_digit).count();
+    line[start..start + digits].parse().ok()
+}
+
+struct EndToEnd {
+    /// Until the last fired event was read.
+    fired: Duration,
+    /// Until the last complete was acknowledged (client completes) or stats showed all jobs
+    /// completed (auto-complete).
+    done: Duration,
+}
+
+/// `jobs` schedules due now, pipelined by a writer thread; the reader completes each fired job
+/// (unless `auto`) by handing a complete to the writer.
+fn end_to_end(bin: &Path, jobs: usize, auto: bool) -> EndToEnd {
+    let dir = DataDir::new(if auto { "e2e-auto" } else { "e2e" });
+    let args: &[&str] = if auto { &["--auto-complete"] } else { &[] };
+    let mut sc = Sidecar::start(bin, &dir.0, args);
+    let stdin = sc.stdin.take().expect("stdin");
+    let (complete_tx, complete_rx): (Sender<String>, Receiver<String>) = channel();
+    let started = Instant::now();
+    let writer = std::thread::spawn(move || {
+        let mut stdin = stdin;
+        let mut sent = 0;
+        let mut buf = String::with_capacity(WRITE_BATCH * 64);
+        let write_completes = |stdin: &mut BufWriter<ChildStdin>, block: bool| -> bool {
+            let first = if block {
+                match complete_rx.recv() {
+                    Ok(id) => Some(id),
+                    Err(_) => return false,
+                }
+            } else {
+                None
+            };
+            for id in first.into_iter().chain(complete_rx.try_iter()) {
+                writeln!(stdin, r#"{{"op":"complete","req":"c","id":"{id}"}}"#).expect("write");
+            }
+            stdin.flush().expect("flush");
+            true
+        };
+        while sent < jobs {
+            buf.clear();
+            let n = WRITE_BATCH.min(jobs - sent);
+            for i in sent..sent + n {
+                use std::fmt::Write as _;
+                writeln!(
+                    buf,
+                    r#"{{"op":"schedule","req":{i},"delay_ms":0,"payload":"j"}}"#
+                )
+                .expect("format");
+            }
+            sent += n;
+            stdin.write_all(buf.as_bytes()).expect("write");
+            stdin.flush().expect("flush");
+            write_completes(&mut stdin, false);
+        }
+        while write_completes(&mut stdin, true) {}
+        stdin
+    });
+    let (mut scheduled, mut fired, mut completed) = (0, 0, 0);
+    let mut fired_at = None;
+    while (auto && fired < jobs) || (!auto && completed < jobs) {
+        let (_, line) = sc.recv();
+        if line.starts_with(r#"{"event":"fired""#) {
+            fired += 1;
+            if !auto {
+                let id = str_field(&line, "id").expect("event id").to_owned();
+                complete_tx.send(id).expect("writer alive");
+            }
+        } else if line.starts_with(r#"{"req":"c","ok":true"#) {
+            completed += 1;
+        } else if line.contains(r#""ok":true,"id""#) {
+            scheduled += 1;
+        } else {
+            panic!("unexpected line: {line}");
+        }
+        if fired == jobs && fired_at.is_none() {
+            fired_at = Some(started.elapsed());
+        }
+    }
+    drop(complete_tx);
+    let mut stdin = writer.join().expect("writer");
+    let done = if auto {
+        // Poll stats until every auto-complete is in.
+        loop {
+            writeln!(stdin, r#"{{"op":"stats","req":"s"}}"#).expect("write");
+            stdin.flush().expect("flush");
+            let line = loop {
+                let (_, line) = sc.recv();
+                if line.starts_with(r#"{"req":"s""#) {
+                    break line;
+                }
+                if line.contains(r#""ok":true,"id""#) {
+                    scheduled += 1;
+                }
+            };
+            if num_field(&line, "completed") == Some(jobs as u64) {
+                break started.elapsed();
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    } else {
+        started.elapsed()
+    };
+    assert!(scheduled <= jobs);
+    sc.stdin = Some(stdin);
+    sc.finish();
+    EndToEnd {
+        fired: fired_at.expect("all fired"),
+        done,
+    }
+}
+
+struct Lateness {
+    /// Lateness in µs of the events that were not early.
+    hist: Histogram<u64>,
+    early: u64,
+    /// The engine's own figures from `stats`, in ms: due to ready queue (p50, p99, p99.9,
+    /// max) and ready queue to claim (p50, p99, max).
+    engine: [f64; 4],
+    claim_wait: [f64; 3],
+}
+
+/// `rate` fires/s for `secs` s with `--auto-complete`: every job scheduled up front, due one
+/// after another from 2 s ahead on; lateness on the client's clock when it reads each event.
+fn lateness(bin: &Path, rate: u64, secs: u64) -> Lateness {
+    let dir = DataDir::new(&format!("late-{rate}"));
+    let mut sc = Sidecar::start(bin, &dir.0, &["--auto-complete"]);
+    let jobs = rate * secs;
+    let first_due_ms = now_us() / 1000 + 2_000;
+    let stdin = sc.stdin.as_mut().expect("stdin");
+    for i in 0..jobs {
+        let due = first_due_ms + i * 1000 / rate;
+        writeln!(
+            stdin,
+            r#"{{"op":"schedule","req":{i},"due_ms":{due},"payload":"l"}}"#
+        )
+        .expect("write");
+    }
+    stdin.flush().expect("flush");
+    let mut hist = Histogram::<u64>::new(3).expect("histogram");
+    let (mut early, mut fired, mut scheduled) = (0, 0, 0);
+    while fired < jobs {
+        let (read_us, line) = sc.recv();
+        if line.starts_with(r#"{"event":"fired""#) {
+            fired += 1;
+            let due_us = num_field(&line, "due_ms").expect("due_ms") * 1000;
+            match read_us.checked_sub(due_us) {
+                Some(late) => hist.record(late).expect("in range"),
+                None => early += 1,
+            }
+        } else if line.contains(r#""ok":true,"id""#) {
+            scheduled += 1;
+        } else {
+            panic!("unexpected line: {line}");
+        }
+    }
+    assert_eq!(
+        scheduled, jobs,
+        "every schedule answered before the last fire"
+    );
+    let stdin = sc.stdin.as_mut().expect("stdin");
+    writeln!(stdin, r#"{{"op":"stats","req":"s"}}"#).expect("write");
+    stdin.flush().expect("flush");
+    let stats = loop {
+        let (_, line) = sc.recv();
+        if line.starts_with(r#"{"req":"s""#) {
+            break line;
+        }
+    };
+    let engine = [
+        "lateness_us_p50",
+        "lateness_us_p99",
+        "lateness_us_p999",
+        "lateness_us_max",
+    ]
+    .map(|f| ms(num_field(&stats, f).unwrap_or(0)));
+    let claim_wait = [
+        "claim_wait_us_p50",
+        "claim_wait_us_p99",
+        "claim_wait_us_max",
+    ]
+    .map(|f| ms(num_field(&stats, f).unwrap_or(0)));
+    sc.finish();
+    Lateness {
+        hist,
+        early,
+        engine,
+        claim_wait,
+    }
+}
