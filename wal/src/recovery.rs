@@ -256,9 +256,11 @@ pub(crate) fn recover<S: Storage>(
             .iter()
             .any(|b| b.repair_from.is_some() || b.mirror_bad);
         // The last segment is copied unless a clean close left it: its records may be only
-        // in the page cache (a process crash after a failed sync), or cut, or unsealed.
-        let copy = repaired
-            || (is_last && !scan.closed && (!scan.blocks.is_empty() || scan.damage.is_some()));
+        // in the page cache (a process crash after a failed sync), or cut, or unsealed. Also
+        // when it holds no record: its header may be only in the page cache too (a roll whose
+        // header sync failed, then a drop without a crash), and the records appended after
+        // this open would then sit behind a header that a power cut turns to zeros.
+        let copy = repaired || (is_last && !scan.closed);
         let mut file = file;
         if copy {
             if scan.damage.is_some() {

@@ -171,3 +171,40 @@ fn failed_sync_during_recovery_fails_the_open() {
         drop(wal);
     }
 }
+
+/// A roll whose header sync fails leaves the new segment's header in the page cache only
+/// (a failed sync marks the pages clean without persisting them). A reopen without a crash
+/// sees it there; it must not trust it: the next power cut would leave a segment with a
+/// zero header and acknowledged records after it, which is not a torn roll but looks like
+/// corruption. Found by the engine simulation (seed 0).
+#[test]
+fn a_header_whose_sync_failed_is_made_durable_by_the_next_open() {
+    let disk = FaultDisk::new(6);
+    // One block per segment: every commit after the first rolls.
+    let o = WalOptions {
+        segment_bytes: 8192,
+        ..opts(Durability::Sync)
+    };
+    let (wal, _) = Wal::open(disk.storage(), o.clone()).unwrap();
+    assert_eq!(wal.append(1, b"one").unwrap(), 1);
+    disk.set_sync_failure(SyncFailure::Next);
+    // The roll to segment 2 fails at its header's sync.
+    assert!(matches!(wal.append(1, b"never acked"), Err(Error::Io(_))));
+    drop(wal); // poisoned: no close marker
+    assert!(
+        disk.live_names()
+            .contains(&"0000000000000002.wal".to_owned())
+    );
+
+    let (wal, _) = Wal::open(disk.storage(), o.clone()).unwrap();
+    let lsn = wal.append(1, b"two").unwrap();
+    assert_eq!(wal.durable_lsn(), lsn);
+    wal.abandon();
+    drop(wal);
+
+    let crashed = disk.crash(&CrashOptions::clean());
+    let (wal, report) = Wal::open(crashed.storage(), o).expect("power cuts only");
+    assert_eq!(report.last_lsn, lsn);
+    let bodies: Vec<Vec<u8>> = wal.iter_from(1).map(|r| r.unwrap().body).collect();
+    assert_eq!(bodies, [b"one".to_vec(), b"two".to_vec()]);
+}
