@@ -11,10 +11,14 @@
 //!   written to the last complete acknowledged. Again with `--auto-complete` (the client
 //!   only schedules and reads events): to the last event, and to `stats` showing every job
 //!   completed.
-//! - **fire lateness** with `--auto-complete`, at about 1k and 20k fires/s: jobs scheduled
-//!   up front, due one after another over several seconds; lateness is the client's clock
+//! - **fire lateness** with `--auto-complete`, at about 1k and 20k fires/s, and for
+//!   `SIDECAR_JOBS` jobs due at one instant: jobs scheduled up front, due one after another
+//!   over several seconds (or all at once); lateness is the client's clock
 //!   when it reads the event line minus `due_ms` (so it includes the claim's sync, the pipe
 //!   and the client's own scheduling). p50/p99/p99.9/max, and how many came early.
+//!
+//! `SIDECAR_BIN=path` measures that binary instead of building one (to compare builds);
+//! `SIDECAR_ONLY=throughput|lateness` runs one part.
 //!
 //! The data directory is under the system temp dir (not tmpfs: a sync there costs nothing).
 //! Release builds only; numbers vary with the disk and with whatever else runs.
@@ -31,19 +35,39 @@ use hdrhistogram::Histogram;
 const WRITE_BATCH: usize = 1024;
 
 fn main() {
-    let bin = build_binary();
+    let bin = match std::env::var_os("SIDECAR_BIN") {
+        Some(bin) => PathBuf::from(bin),
+        None => build_binary(),
+    };
     let jobs: usize = std::env::var("SIDECAR_JOBS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200_000);
+    let only = std::env::var("SIDECAR_ONLY").unwrap_or_default();
     println!("sidecar bench: {} ({jobs} jobs end to end)", bin.display());
-    let manual = end_to_end(&bin, jobs, false);
+    if only.is_empty() || only == "throughput" {
+        throughput(&bin, jobs);
+    }
+    if only.is_empty() || only == "lateness" {
+        for (rate, secs) in [(1_000, 10), (20_000, 5)] {
+            let l = lateness(&bin, rate * secs, secs * 1000);
+            print_lateness(&format!("{rate:>6} fires/s x {secs} s"), &l);
+        }
+        // The issue's burst: this many jobs due at one instant (the last one's lateness is
+        // how long delivering them all took).
+        let l = lateness(&bin, jobs as u64, 0);
+        print_lateness(&format!("{jobs} due at one instant"), &l);
+    }
+}
+
+fn throughput(bin: &Path, jobs: usize) {
+    let manual = end_to_end(bin, jobs, false);
     println!(
         "end to end, client completes:   {:>9.0} jobs/s  ({jobs} jobs in {:.2} s)",
         jobs as f64 / manual.done.as_secs_f64(),
         manual.done.as_secs_f64()
     );
-    let auto = end_to_end(&bin, jobs, true);
+    let auto = end_to_end(bin, jobs, true);
     println!(
         "end to end, --auto-complete:    {:>9.0} jobs/s to the last event ({:.2} s), {:.0} jobs/s to all completed ({:.2} s)",
         jobs as f64 / auto.fired.as_secs_f64(),
@@ -51,22 +75,22 @@ fn main() {
         jobs as f64 / auto.done.as_secs_f64(),
         auto.done.as_secs_f64()
     );
-    for (rate, secs) in [(1_000, 10), (20_000, 5)] {
-        let l = lateness(&bin, rate, secs);
-        println!(
-            "fire lateness, --auto-complete, {rate:>6} fires/s x {secs} s: p50 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms, early {} of {}",
-            ms(l.hist.value_at_quantile(0.50)),
-            ms(l.hist.value_at_quantile(0.99)),
-            ms(l.hist.value_at_quantile(0.999)),
-            ms(l.hist.max()),
-            l.early,
-            l.hist.len() + l.early
-        );
-        println!(
-            "    engine's own view: due to ready p50/p99/p99.9/max {:?} ms, ready to claim p50/p99/max {:?} ms",
-            l.engine, l.claim_wait
-        );
-    }
+}
+
+fn print_lateness(what: &str, l: &Lateness) {
+    println!(
+        "fire lateness, --auto-complete, {what}: p50 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms, early {} of {}",
+        ms(l.hist.value_at_quantile(0.50)),
+        ms(l.hist.value_at_quantile(0.99)),
+        ms(l.hist.value_at_quantile(0.999)),
+        ms(l.hist.max()),
+        l.early,
+        l.hist.len() + l.early
+    );
+    println!(
+        "    engine's own view: due to ready p50/p99/p99.9/max {:?} ms, ready to claim p50/p99/max {:?} ms",
+        l.engine, l.claim_wait
+    );
 }
 
 fn ms(us: u64) -> f64 {
@@ -323,16 +347,15 @@ struct Lateness {
     claim_wait: [f64; 3],
 }
 
-/// `rate` fires/s for `secs` s with `--auto-complete`: every job scheduled up front, due one
-/// after another from 2 s ahead on; lateness on the client's clock when it reads each event.
-fn lateness(bin: &Path, rate: u64, secs: u64) -> Lateness {
-    let dir = DataDir::new(&format!("late-{rate}"));
+/// `jobs` due evenly over `span_ms` with `--auto-complete`: every job scheduled up front, the
+/// first due 2 s ahead; lateness on the client's clock when it reads each event.
+fn lateness(bin: &Path, jobs: u64, span_ms: u64) -> Lateness {
+    let dir = DataDir::new(&format!("late-{jobs}-{span_ms}"));
     let mut sc = Sidecar::start(bin, &dir.0, &["--auto-complete"]);
-    let jobs = rate * secs;
     let first_due_ms = now_us() / 1000 + 2_000;
     let stdin = sc.stdin.as_mut().expect("stdin");
     for i in 0..jobs {
-        let due = first_due_ms + i * 1000 / rate;
+        let due = first_due_ms + i * span_ms / jobs;
         writeln!(
             stdin,
             r#"{{"op":"schedule","req":{i},"due_ms":{due},"payload":"l"}}"#
