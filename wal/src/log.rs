@@ -1,11 +1,16 @@
 //! The [`Wal`]: appends, group commit, rolls, reading and deleting segments, shutdown.
 //!
-//! Locks, always taken in this order: `delete_lock` → `log` → the group commit's own lock.
-//! `log` is held only to assign LSNs and copy frames into the storage (and across a roll); no
-//! data sync runs under it except the roll's, which the invariant "a segment exists only once
-//! its predecessor is durable" requires.
+//! Locks, always taken in this order: `delete_lock` → `log` → `next` → the group commit's own
+//! lock. `log` is held only to assign LSNs and copy frames into the storage (and across a
+//! roll). The next segment's file is made ahead of need by the *preparer*, a background
+//! thread (unless the storage asks for none, as the simulated disk does): created,
+//! preallocated, pre-faulted, zeros written back, directory synced, all with no lock held. A
+//! roll under `log` is then a switch: one group-commit round for the old segment's tail (the
+//! invariant "a segment's header exists only once its predecessor is durable" needs it before
+//! the header) and the header's one-page sync. Only when the preparer is behind or failed does
+//! an append make the file itself, under `log`.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -22,7 +27,7 @@ use crate::format::{
 use crate::options::{Durability, WalOptions};
 use crate::reader::{Iter, SegmentView};
 use crate::recovery::{RecoveryReport, recover};
-use crate::segment::{Segment, create_spare, install_segment, segment_file_name, spare_file_name};
+use crate::segment::{Segment, create_next, segment_file_name, start_segment};
 use crate::storage::mmap::MmapStorage;
 use crate::storage::{Storage, StorageFile};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -38,6 +43,7 @@ const WRITE_CHUNK_BYTES: usize = 1 << 20;
 pub struct Wal<S: Storage = MmapStorage> {
     shared: Arc<Shared<S>>,
     background: Mutex<Option<JoinHandle<()>>>,
+    preparer: Mutex<Option<JoinHandle<()>>>,
 }
 
 struct Shared<S: Storage> {
@@ -50,6 +56,24 @@ struct Shared<S: Storage> {
     stop_changed: Condvar,
     /// Serializes `delete_segments_below` (it does directory I/O outside `log`).
     delete_lock: Mutex<()>,
+    /// The next segments' files, made ahead of need.
+    next: Mutex<NextFiles<S::File>>,
+    next_changed: Condvar,
+}
+
+/// Files made for segments the log has not rolled into yet: all zero, no header, directory
+/// entry durable (see [`create_next`]).
+struct NextFiles<F> {
+    /// The id the preparer makes next: the current segment's + 1.
+    want: u64,
+    /// Someone (the preparer, or an append under `log`) is making `want` right now.
+    busy: bool,
+    /// Making `want` failed; the preparer leaves it to the next append that needs it.
+    failed: bool,
+    /// Made and not yet rolled into, by id.
+    ready: BTreeMap<u64, F>,
+    /// The log is closing: the preparer thread ends.
+    stop: bool,
 }
 
 struct LogState<F> {
@@ -121,6 +145,7 @@ impl<S: Storage> Wal<S> {
         }
         let (segments, report) = recover(&storage, &opts)?;
         let last_lsn = segments.last().expect("recovery leaves a segment").last_lsn;
+        let last_id = segments.last().expect("recovery leaves a segment").id;
         tracing::info!(
             segments = report.segments,
             records = report.records,
@@ -141,8 +166,25 @@ impl<S: Storage> Wal<S> {
             stop: Mutex::new(false),
             stop_changed: Condvar::new(),
             delete_lock: Mutex::new(()),
+            next: Mutex::new(NextFiles {
+                want: last_id + 1,
+                busy: false,
+                failed: false,
+                ready: BTreeMap::new(),
+                stop: false,
+            }),
+            next_changed: Condvar::new(),
             opts,
         });
+        let preparer = if shared.storage.prepare_in_background() {
+            let shared = Arc::clone(&shared);
+            let handle = std::thread::Builder::new()
+                .name("timewheel-wal-prepare".to_owned())
+                .spawn(move || prepare_loop(&shared))?;
+            Some(handle)
+        } else {
+            None
+        };
         let background = match shared.opts.durability {
             Durability::Periodic(interval) => {
                 let shared = Arc::clone(&shared);
@@ -157,6 +199,7 @@ impl<S: Storage> Wal<S> {
             Self {
                 shared,
                 background: Mutex::new(background),
+                preparer: Mutex::new(preparer),
             },
             report,
         ))
@@ -251,7 +294,7 @@ impl<S: Storage> Wal<S> {
     }
 
     /// The storage the log runs on (locked by it). Other files may live beside the segments,
-    /// e.g. a manifest, as long as their names do not end in `.wal` or `.wal.spare`.
+    /// e.g. a manifest, as long as their names do not end in `.wal`, `.wal.spare` or `.wal.copy`.
     pub fn storage(&self) -> &S {
         &self.shared.storage
     }
@@ -349,6 +392,11 @@ impl<S: Storage> Wal<S> {
         if let Some(handle) = lock(&self.background).take() {
             // The thread only syncs; a panic there already broke an assertion.
             handle.join().expect("the WAL sync thread panicked");
+        }
+        lock(&self.shared.next).stop = true;
+        self.shared.next_changed.notify_all();
+        if let Some(handle) = lock(&self.preparer).take() {
+            handle.join().expect("the WAL prepare thread panicked");
         }
     }
 
@@ -605,9 +653,10 @@ impl<S: Storage> Shared<S> {
         })
     }
 
-    /// Creates a spare for every segment the entries will roll into, before anything is
-    /// written, so running out of space leaves no half-written batch. On failure the spares
-    /// made so far are removed (recovery removes any that survive a crash).
+    /// Makes sure a file exists for every segment the entries will roll into, before anything
+    /// is written, so running out of space leaves no half-written batch. The first is usually
+    /// ready (the preparer made it); the others are made here. On failure the files made here
+    /// are removed (recovery removes any that survive a crash).
     fn preallocate(&self, log: &LogState<S::File>, entries: &[Entry<'_>]) -> Result<(), Error> {
         // The same placement rule as `write_entries`.
         let mut rolls = 0u64;
@@ -630,27 +679,129 @@ impl<S: Storage> Shared<S> {
             }
             cursor.group_bytes += frame;
         }
-        let current = log.current();
+        let current = log.current().id;
+        let mut made_here = Vec::new();
         for k in 1..=rolls {
-            if let Err(e) = create_spare(&self.storage, current.id + k, self.opts.segment_bytes) {
-                for made in 1..k {
-                    let _ = self.storage.remove(&spare_file_name(current.id + made));
+            if let Err(e) = self.ensure_next(current + k, &mut made_here) {
+                let mut next = lock(&self.next);
+                for id in made_here {
+                    if next.ready.remove(&id).is_some() {
+                        let _ = self.storage.remove(&segment_file_name(id));
+                    }
                 }
-                tracing::warn!(segment = current.id + k, error = %e, "WAL could not preallocate a segment");
+                tracing::warn!(segment = current + k, error = %e, "WAL could not preallocate a segment");
                 return Err(e);
             }
         }
         Ok(())
     }
 
-    /// Seals the current segment and installs its spare as the next one. The current segment
-    /// is synced whole first: a segment's existence then proves its predecessor durable, which
-    /// is what lets recovery call any damage in a sealed segment corruption.
+    /// Makes sure the file of segment `id` is ready: made ahead, or being made by the preparer
+    /// (then this waits for it), or made here and now. Called under `log`.
+    fn ensure_next(&self, id: u64, made_here: &mut Vec<u64>) -> Result<(), Error> {
+        let mut next = lock(&self.next);
+        loop {
+            if next.ready.contains_key(&id) {
+                return Ok(());
+            }
+            if next.busy && next.want == id {
+                next = self.next_changed.wait(next).expect("a WAL thread panicked");
+                continue;
+            }
+            break;
+        }
+        // Nobody is making it: make it here (the preparer only ever makes `want`).
+        let claimed = next.want == id;
+        next.busy |= claimed;
+        drop(next);
+        let made = create_next(&self.storage, id, self.opts.segment_bytes);
+        let mut next = lock(&self.next);
+        if claimed {
+            next.busy = false;
+        }
+        self.next_changed.notify_all();
+        match made {
+            Ok(file) => {
+                next.ready.insert(id, file);
+                if claimed {
+                    next.failed = false;
+                }
+                made_here.push(id);
+                Ok(())
+            }
+            Err(e) => {
+                if claimed {
+                    next.failed = true;
+                }
+                if matches!(e, Error::Io(_)) {
+                    // A failed sync of the directory (or of the file): never believed again.
+                    self.commit.poison();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The preparer's one step: makes the file of segment `want` if nobody has, with no lock
+    /// held during the I/O. Returns whether it did anything.
+    fn prepare_next(&self) -> bool {
+        let id = {
+            let mut next = lock(&self.next);
+            if next.stop
+                || next.busy
+                || next.failed
+                || next.ready.contains_key(&next.want)
+                || self.commit.is_poisoned()
+            {
+                return false;
+            }
+            next.busy = true;
+            next.want
+        };
+        let made = create_next(&self.storage, id, self.opts.segment_bytes);
+        let mut next = lock(&self.next);
+        next.busy = false;
+        match made {
+            Ok(file) => {
+                next.ready.insert(id, file);
+                tracing::debug!(segment = id, "WAL next segment prepared");
+            }
+            Err(e) => {
+                // Not believed, and not fatal here: `create_next` removed the file, and the
+                // append that needs it makes it itself, under `log`, where a failure poisons
+                // the log in that caller's context (an appender never sees `Poisoned` for a
+                // failure that struck after it wrote).
+                next.failed = true;
+                tracing::warn!(segment = id, error = %e, "WAL could not prepare a segment ahead");
+            }
+        }
+        self.next_changed.notify_all();
+        true
+    }
+
+    /// Seals the current segment and starts the next one in its prepared file. Everything
+    /// written is made durable first (one group-commit round, which acknowledges its waiters
+    /// too), and only then is the new header written and synced: a segment's header then
+    /// proves its predecessor durable, which is what lets recovery call any damage in a sealed
+    /// segment corruption.
     fn roll(&self, log: &mut LogState<S::File>) -> Result<(), Error> {
         self.wait_commit_locked(log, self.commit.written_lsn())?;
         let current = log.current();
         let (id, first_lsn) = (current.id + 1, current.last_lsn + 1);
-        match install_segment(&self.storage, id, first_lsn, self.opts.segment_bytes, true) {
+        let file = {
+            // Taken and the next one wanted in one step: the preparer must never see `want`
+            // missing from `ready` while its file is being rolled into.
+            let mut next = lock(&self.next);
+            let file = next
+                .ready
+                .remove(&id)
+                .expect("preallocate made the next segment's file");
+            next.want = id + 1;
+            next.failed = false;
+            self.next_changed.notify_all();
+            file
+        };
+        match start_segment(file, id, first_lsn, self.opts.segment_bytes) {
             Ok(segment) => {
                 tracing::debug!(segment = id, first_lsn, "WAL rolled");
                 log.segments.push_back(segment);
@@ -662,6 +813,27 @@ impl<S: Storage> Shared<S> {
                 tracing::error!(segment = id, error = %e, "WAL roll failed; poisoned");
                 Err(e)
             }
+        }
+    }
+}
+
+/// The background preparer: makes the next segment's file whenever it is wanted and missing.
+fn prepare_loop<S: Storage>(shared: &Shared<S>) {
+    loop {
+        {
+            let mut next = lock(&shared.next);
+            while !next.stop && (next.busy || next.failed || next.ready.contains_key(&next.want)) {
+                next = shared
+                    .next_changed
+                    .wait(next)
+                    .expect("a WAL thread panicked");
+            }
+            if next.stop {
+                return;
+            }
+        }
+        if !shared.prepare_next() && shared.commit.is_poisoned() {
+            return; // nothing more will be appended
         }
     }
 }

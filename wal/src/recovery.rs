@@ -3,7 +3,8 @@
 //!
 //! The rules (see `docs/wal-format.md`, "Recovery"):
 //!
-//! 1. Leftover spares and copies are removed. Segment ids must be consecutive.
+//! 1. Leftover spares and copies are removed. Segment ids must be consecutive. Trailing
+//!    segment files that are all zero (made ahead of need, never rolled into) are removed.
 //! 2. Each segment's header must be valid and start at the previous segment's last LSN + 1.
 //!    The *last* segment may instead have a torn header and only zeros after it: a roll that
 //!    crashed before its header was durable. It is removed (its predecessor was synced before
@@ -100,7 +101,8 @@ pub struct RecoveryReport {
     pub bytes: u64,
     /// The torn tail cut off, if there was one.
     pub torn_tail: Option<TornTail>,
-    /// Files removed: a torn roll's segment and leftover spares.
+    /// Files removed: a torn roll's segment, prepared next segments never rolled into (all
+    /// zero), leftover spares and copies.
     pub removed_files: Vec<String>,
     /// Groups repaired from their mirror (damaged records, intact mirror).
     pub repaired_groups: Vec<RepairedGroup>,
@@ -193,6 +195,30 @@ pub(crate) fn recover<S: Storage>(
     }
 
     let mut window = Window::new(SCAN_CHUNK_BYTES);
+    // Files made ahead for segments the log never rolled into: all zero, header included.
+    // They hold nothing (a roll writes the header before any record), so they are removed in
+    // every mode, and the segment before them is the last one.
+    let mut removed_next = false;
+    while let Some(&id) = ids.last() {
+        let name = segment_file_name(id);
+        let file = storage.open(&name)?;
+        window.reset();
+        if !rest_is_zero(&file, &mut window, 0)? {
+            break;
+        }
+        drop(file);
+        storage.remove(&name)?;
+        tracing::debug!(
+            segment = id,
+            "WAL removed a prepared segment file never rolled into"
+        );
+        report.removed_files.push(name);
+        removed_next = true;
+        ids.pop();
+    }
+    if removed_next {
+        storage.sync_dir()?;
+    }
     let mut segments: Vec<Segment<S::File>> = Vec::new();
     for (i, &id) in ids.iter().enumerate() {
         let is_last = i + 1 == ids.len();
@@ -285,7 +311,7 @@ pub(crate) fn recover<S: Storage>(
 
     if segments.is_empty() {
         // A fresh directory, or a first segment whose creation never became durable.
-        segments.push(install_segment(storage, 1, 1, opts.segment_bytes, false)?);
+        segments.push(install_segment(storage, 1, 1, opts.segment_bytes)?);
     }
     let last = segments.last().expect("at least one segment");
     // The directory entries recovery relies on must be durable before anything vouches.

@@ -14,8 +14,9 @@ use crate::storage::{Storage, StorageFile};
 
 /// Suffix of segment files.
 pub const SEGMENT_SUFFIX: &str = ".wal";
-/// Suffix of a preallocated next segment that has not been rolled into yet. Such a file holds
-/// only zeros; recovery removes it.
+/// Suffix of the spares of format 2's first release (a preallocated next segment, renamed into
+/// place by a roll). No longer written: the next segment is now created under its own name,
+/// header-less. Recovery removes any it finds.
 pub const SPARE_SUFFIX: &str = ".wal.spare";
 const ID_DIGITS: usize = 16;
 
@@ -24,7 +25,8 @@ pub fn segment_file_name(id: u64) -> String {
     format!("{id:016}{SEGMENT_SUFFIX}")
 }
 
-/// The file name of the spare that will become segment `id`.
+/// The file name of the spare that would have become segment `id` (format 2's first release).
+#[cfg(test)]
 pub(crate) fn spare_file_name(id: u64) -> String {
     format!("{id:016}{SPARE_SUFFIX}")
 }
@@ -101,42 +103,35 @@ pub(crate) fn create_error(id: u64, e: io::Error) -> Error {
     }
 }
 
-/// Preallocates the spare that will become segment `id`. A leftover spare of the same name (an
-/// earlier attempt) is replaced.
-pub(crate) fn create_spare<S: Storage>(storage: &S, id: u64, bytes: u64) -> Result<(), Error> {
-    let name = spare_file_name(id);
-    match storage.create(&name, bytes) {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            storage.remove(&name)?;
-            storage
-                .create(&name, bytes)
-                .map(drop)
-                .map_err(|e| create_error(id, e))
+/// Creates the file of segment `id` ahead of need: preallocated, all zero, with no header (so
+/// recovery treats it as a segment that never started), its pages pre-faulted
+/// ([`StorageFile::prefault`]) and its directory entry durable. A roll later writes its header
+/// (see [`start_segment`]). A leftover file of the same name is replaced only if the caller
+/// knows it is not a segment (recovery removed every trailing all-zero file).
+pub(crate) fn create_next<S: Storage>(storage: &S, id: u64, bytes: u64) -> Result<S::File, Error> {
+    let name = segment_file_name(id);
+    let file = storage
+        .create(&name, bytes)
+        .map_err(|e| create_error(id, e))?;
+    let made = file.prefault().and_then(|()| storage.sync_dir());
+    match made {
+        Ok(()) => Ok(file),
+        Err(e) => {
+            drop(file);
+            let _ = storage.remove(&name);
+            Err(Error::Io(e))
         }
-        Err(e) => Err(create_error(id, e)),
     }
 }
 
-/// Turns the spare of segment `id` (or a new file, when `from_spare` is false) into the
-/// segment: header written and synced, directory synced. When this returns, the segment exists
-/// durably and is empty.
-pub(crate) fn install_segment<S: Storage>(
-    storage: &S,
+/// Turns a file made by [`create_next`] into segment `id`: its header written and synced. The
+/// caller made sure the predecessor is durable first (invariant 3 of docs/wal-format.md).
+pub(crate) fn start_segment<F: StorageFile>(
+    file: F,
     id: u64,
     first_lsn: Lsn,
     bytes: u64,
-    from_spare: bool,
-) -> Result<Segment<S::File>, Error> {
-    let name = segment_file_name(id);
-    let file = if from_spare {
-        storage.rename(&spare_file_name(id), &name)?;
-        storage.open(&name)?
-    } else {
-        storage
-            .create(&name, bytes)
-            .map_err(|e| create_error(id, e))?
-    };
+) -> Result<Segment<F>, Error> {
     let file_bytes = file.len_bytes();
     assert_eq!(
         file_bytes, bytes,
@@ -150,7 +145,6 @@ pub(crate) fn install_segment<S: Storage>(
     };
     file.write_at(0, &encode_header(&header))?;
     file.sync_range(0, SEGMENT_HEADER_BYTES as u64)?;
-    storage.sync_dir()?;
     Ok(Segment {
         id,
         salt: header.salt,
@@ -160,6 +154,21 @@ pub(crate) fn install_segment<S: Storage>(
         end: FIRST_BLOCK_OFFSET,
         last_lsn: first_lsn - 1,
     })
+}
+
+/// Creates segment `id` from nothing (a fresh log): file, header synced, directory synced.
+pub(crate) fn install_segment<S: Storage>(
+    storage: &S,
+    id: u64,
+    first_lsn: Lsn,
+    bytes: u64,
+) -> Result<Segment<S::File>, Error> {
+    let file = storage
+        .create(&segment_file_name(id), bytes)
+        .map_err(|e| create_error(id, e))?;
+    let segment = start_segment(file, id, first_lsn, bytes)?;
+    storage.sync_dir()?;
+    Ok(segment)
 }
 
 /// A window of a file held in one reusable buffer, so scanning a segment reads it in big

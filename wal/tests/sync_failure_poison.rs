@@ -125,16 +125,33 @@ fn failed_sync_at_a_roll_poisons() {
     for _ in 0..13 {
         wal.append(1, &[1; 1000]).unwrap();
     }
-    disk.set_sync_failure(SyncFailure::Next);
+    // The directory sync that makes segment 2's file durable succeeds, the next sync fails.
+    disk.set_sync_failure(SyncFailure::AfterN(1));
     // The 14th does not fit: the roll must sync segment 1 first, and that fails.
     assert!(matches!(wal.append(1, &[2; 1000]), Err(Error::Io(_))));
     assert!(matches!(wal.append(1, b"small"), Err(Error::Poisoned)));
     assert_eq!(wal.durable_lsn(), 0);
-    // The spare made for the roll stays until recovery removes it; segment 2 never existed.
+    // The file made for segment 2 stays, all zero and header-less, until recovery removes it:
+    // segment 2 never started.
     assert_eq!(
         disk.live_names(),
-        ["0000000000000001.wal", "0000000000000002.wal.spare"]
+        ["0000000000000001.wal", "0000000000000002.wal"]
     );
+    assert!(
+        disk.live_file("0000000000000002.wal")
+            .unwrap()
+            .iter()
+            .all(|&b| b == 0)
+    );
+    drop(wal);
+    let (wal, report) = Wal::open(disk.storage(), opts(Durability::Sync)).unwrap();
+    assert_eq!(report.segments, 1);
+    assert!(
+        report
+            .removed_files
+            .contains(&"0000000000000002.wal".to_owned())
+    );
+    drop(wal);
 }
 
 #[test]
@@ -187,8 +204,9 @@ fn a_header_whose_sync_failed_is_made_durable_by_the_next_open() {
     };
     let (wal, _) = Wal::open(disk.storage(), o.clone()).unwrap();
     assert_eq!(wal.append(1, b"one").unwrap(), 1);
-    disk.set_sync_failure(SyncFailure::Next);
-    // The roll to segment 2 fails at its header's sync.
+    // The directory sync of segment 2's new file succeeds; the roll to segment 2 then fails
+    // at its header's sync (segment 1 is durable already: nothing else to sync).
+    disk.set_sync_failure(SyncFailure::AfterN(1));
     assert!(matches!(wal.append(1, b"never acked"), Err(Error::Io(_))));
     drop(wal); // poisoned: no close marker
     assert!(

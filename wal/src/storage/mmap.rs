@@ -53,13 +53,16 @@ use std::ptr;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 
 use fs4::FileExt as _;
-use memmap2::MmapRaw;
+use memmap2::{Advice, MmapRaw};
 
 use super::{Storage, StorageFile};
 
 /// The name of the lock file in the directory. It is never listed, and can not be used as the
 /// name of a log file.
 pub const LOCK_FILE_NAME: &str = "LOCK";
+
+/// Linux's `EINVAL`: what `madvise` returns for an advice the kernel does not know.
+const EINVAL: i32 = 22;
 
 /// Linux's `EOPNOTSUPP`: `fallocate` is not supported by this file system.
 const EOPNOTSUPP: i32 = 95;
@@ -183,6 +186,10 @@ fn zero_fill(file: &File, len_bytes: u64) -> io::Result<()> {
 
 impl Storage for MmapStorage {
     type File = MmapFile;
+
+    fn prepare_in_background(&self) -> bool {
+        true
+    }
 
     fn try_lock(&self) -> io::Result<bool> {
         let mut held = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
@@ -412,6 +419,38 @@ impl StorageFile for MmapFile {
         // memmap2 rounds the start down to a page boundary; msync(MS_SYNC) then covers every
         // page the range touches.
         f.map.flush_range(start, len)
+    }
+
+    fn prefault(&self) -> io::Result<()> {
+        let f = &*self.shared;
+        let len = f.len_bytes as usize;
+        if len == 0 {
+            return Ok(());
+        }
+        // MADV_POPULATE_WRITE (Linux 5.14+) write-faults every page of the mapping once, the
+        // way a first write would: ext4 maps the preallocated blocks and the page cache holds
+        // zeroed pages, so the appender's first write into each page later finds it resident.
+        // It is an `Advice`, not an `UncheckedAdvice`: it changes no byte (the file is all
+        // zero and stays so), and memmap2 exposes it as safe. It returns an error instead of
+        // raising SIGBUS if a page can not be populated. Older kernels say EINVAL: then write
+        // the zeros through the map instead (the same first touch, through `write_at`).
+        match f.map.advise(Advice::PopulateWrite) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(EINVAL) => {
+                let zeros = vec![0u8; ZERO_FILL_CHUNK_BYTES.min(len)];
+                let mut offset = 0usize;
+                while offset < len {
+                    let n = zeros.len().min(len - offset);
+                    self.write_at(offset as u64, &zeros[..n])?;
+                    offset += n;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        // Write the zeros back now, on this (background) thread: the preallocated extents are
+        // "unwritten" until their first write-back, and converting them would otherwise make
+        // each group commit's msync also commit the file system's journal.
+        f.map.flush()
     }
 }
 

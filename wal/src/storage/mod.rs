@@ -50,6 +50,15 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Makes every earlier `create`, `rename` and `remove` durable.
     fn sync_dir(&self) -> io::Result<()>;
+
+    /// Whether the log may prepare its next segment ahead of need on a background thread.
+    /// When `false` (the default, so that a wrapper that does not forward it keeps the old,
+    /// deterministic behaviour) an append makes the next segment's file when it needs it,
+    /// under the append lock. [`mmap::MmapStorage`] says `true`; the fault storage says
+    /// `false`, so that a simulation's disk sees the same calls in the same order for a seed.
+    fn prepare_in_background(&self) -> bool {
+        false
+    }
 }
 
 /// One open file of a [`Storage`]. Its length never changes while it is open.
@@ -75,4 +84,13 @@ pub trait StorageFile: Send + Sync + 'static {
     /// still readable), and the caller must not believe a retry (the log poisons itself
     /// instead).
     fn sync_range(&self, offset: u64, len: u64) -> io::Result<()>;
+
+    /// Touches every page of a freshly created (all-zero) file ahead of need, so that the
+    /// first writes into it later take no page fault that allocates or zeroes blocks, and
+    /// makes those zeros durable, so that later syncs write data only (no extent conversion).
+    /// Called only on a file nothing else uses yet, off the append path. The default does
+    /// nothing (the fault storage has no page cache to warm).
+    fn prefault(&self) -> io::Result<()> {
+        Ok(())
+    }
 }

@@ -42,6 +42,12 @@ impl Drop for FaultStorage {
 impl Storage for FaultStorage {
     type File = FaultFile;
 
+    /// No background thread on a simulated disk: the order of its calls, and so every crash,
+    /// follows from the seed.
+    fn prepare_in_background(&self) -> bool {
+        false
+    }
+
     fn try_lock(&self) -> io::Result<bool> {
         let mut s = self.disk.lock();
         match s.lock_owner {
