@@ -5,6 +5,8 @@
 //! - every schedule whose reply was received fires (again) after a restart, unless its cancel or
 //!   its completion was acknowledged;
 //! - no job fires after its cancel or its completion was acknowledged;
+//! - each delivery of a job has a higher attempt than every earlier one, across crashes too (the
+//!   claim is durable before its event is printed);
 //! - nothing fires before its due time, by the test's own clock when it reads the event (not
 //!   the `fired_ms` the sidecar reports); no id is ever handed out twice.
 //!
@@ -45,6 +47,12 @@ struct Oracle {
     ids: BTreeSet<u64>,
     /// Fired at least once (in any life).
     fired: BTreeSet<u64>,
+    /// The highest attempt seen in an event of each job: a claim is durable before its event
+    /// is printed, so after a crash the job comes back with a higher one (the fencing token
+    /// is never handed out twice).
+    attempts: BTreeMap<u64, u64>,
+    /// Deliveries of a job seen delivered before.
+    redeliveries: u64,
     violations: Vec<String>,
 }
 
@@ -70,6 +78,14 @@ impl Oracle {
         if self.finished.contains(&id) {
             self.violations.push(format!(
                 "job {id} fired after its cancel/complete was acked"
+            ));
+        }
+        let attempt = ev["attempt"].as_u64().expect("attempt");
+        let before = self.attempts.insert(id, attempt).unwrap_or(0);
+        self.redeliveries += u64::from(before > 0);
+        if attempt <= before {
+            self.violations.push(format!(
+                "job {id} delivered with attempt {attempt} after attempt {before} was seen"
             ));
         }
         self.fired.insert(id);
@@ -247,9 +263,10 @@ fn run_campaign(seed: u64, rounds: u64) {
         oracle.violations
     );
     eprintln!(
-        "kill -9 seed {seed}: {rounds} rounds, {} acked schedules, {} acked cancels/completions, all held",
+        "kill -9 seed {seed}: {rounds} rounds, {} acked schedules, {} acked cancels/completions, {} redeliveries with a higher attempt, all held",
         oracle.scheduled.len(),
-        oracle.finished.len()
+        oracle.finished.len(),
+        oracle.redeliveries
     );
 }
 
