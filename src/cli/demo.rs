@@ -137,7 +137,7 @@ fn fire_part(args: &DemoArgs, dir: &std::path::Path) -> DynResult<()> {
     let start_ms = now_ms() + 1_500;
     let done_scheduling = Arc::new(Barrier::new(args.schedulers + 1));
 
-    // Workers: drain what is ready, claim it, complete it in one durable batch.
+    // Workers: take what is ready and claim it (one durable batch), complete it (another).
     let mut workers = Vec::new();
     for _ in 0..args.workers {
         let engine = engine.clone();
@@ -145,23 +145,16 @@ fn fire_part(args: &DemoArgs, dir: &std::path::Path) -> DynResult<()> {
         let duplicates = duplicates.clone();
         let bar = bar.clone();
         workers.push(std::thread::spawn(move || -> timewheel::Result<()> {
-            let ready = engine.ready();
-            let mut batch: Vec<Claimed> = Vec::with_capacity(4096);
             while completed.load(Ordering::Relaxed) < total {
-                let Ok(first) = ready.recv_timeout(Duration::from_millis(50)) else {
+                let batch: Vec<Claimed> = engine.claim_next(4096, Duration::from_millis(50))?;
+                if batch.is_empty() {
                     continue;
-                };
-                for id in std::iter::once(first).chain(ready.try_iter().take(4095)) {
-                    if let Some(c) = engine.claim(id)? {
-                        batch.push(c);
-                    }
                 }
                 let results = engine.complete_batch(&batch)?;
                 let ok = results.iter().filter(|&&b| b).count() as u64;
                 duplicates.fetch_add(results.len() as u64 - ok, Ordering::Relaxed);
                 completed.fetch_add(ok, Ordering::Relaxed);
                 bar.inc(ok);
-                batch.clear();
             }
             Ok(())
         }));
@@ -239,7 +232,7 @@ fn fire_part(args: &DemoArgs, dir: &std::path::Path) -> DynResult<()> {
 
 fn recovery_part(args: &DemoArgs, dir: &std::path::Path) -> DynResult<()> {
     let n = args.recovery_jobs;
-    println!("\n2. Crash and recovery: {n} durable jobs due in 1 s, then the engine is abandoned");
+    println!("\n2. Crash and recovery: {n} durable jobs due in 1 s, then the process is killed");
     let due = now_ms() + 1_000;
     // A real crash: a child process schedules, says so, and is killed with SIGKILL.
     let mut child = std::process::Command::new(std::env::current_exe()?)
@@ -278,24 +271,17 @@ fn recovery_part(args: &DemoArgs, dir: &std::path::Path) -> DynResult<()> {
         rec.records_per_sec() / 1e6,
         rec.missed
     );
-    let ready = engine.ready();
     let mut replayed = 0u64;
-    let mut batch = Vec::new();
     while replayed < n {
-        let Ok(id) = ready.recv_timeout(Duration::from_secs(10)) else {
+        let batch = engine.claim_next(10_000, Duration::from_secs(10))?;
+        if batch.is_empty() {
             break;
-        };
-        for id in std::iter::once(id).chain(ready.try_iter()) {
-            if let Some(c) = engine.claim(id)? {
-                batch.push(c);
-            }
         }
         replayed += engine
             .complete_batch(&batch)?
             .iter()
             .filter(|&&b| b)
             .count() as u64;
-        batch.clear();
     }
     let all = replayed == n && rec.missed == n;
     println!(

@@ -16,6 +16,7 @@ trait DynStorage: Send + Sync + 'static {
     fn remove(&self, name: &str) -> io::Result<()>;
     fn rename(&self, from: &str, to: &str) -> io::Result<()>;
     fn sync_dir(&self) -> io::Result<()>;
+    fn prepare_in_background(&self) -> bool;
 }
 
 impl<S: Storage> DynStorage for S {
@@ -41,6 +42,9 @@ impl<S: Storage> DynStorage for S {
     }
     fn sync_dir(&self) -> io::Result<()> {
         Storage::sync_dir(self)
+    }
+    fn prepare_in_background(&self) -> bool {
+        Storage::prepare_in_background(self)
     }
 }
 
@@ -69,6 +73,9 @@ impl StorageFile for ErasedFile {
     fn sync_range(&self, offset: u64, len: u64) -> io::Result<()> {
         self.0.sync_range(offset, len)
     }
+    fn prefault(&self) -> io::Result<()> {
+        self.0.prefault()
+    }
 }
 
 impl Storage for ErasedStorage {
@@ -94,5 +101,8 @@ impl Storage for ErasedStorage {
     }
     fn sync_dir(&self) -> io::Result<()> {
         self.0.sync_dir()
+    }
+    fn prepare_in_background(&self) -> bool {
+        self.0.prepare_in_background()
     }
 }

@@ -56,6 +56,8 @@ pub(crate) struct Shared {
     wake: Condvar,
     /// Wakes a drain when a running job finishes.
     finished: Condvar,
+    /// Wakes calls waiting for a busy job (one whose change another call is appending).
+    settled: Condvar,
     clock: Arc<dyn Clock>,
     config: Config,
     ready_rx: Receiver<JobId>,
@@ -130,6 +132,7 @@ impl Engine {
             ids: Mutex::new(replayed.ids),
             wake: Condvar::new(),
             finished: Condvar::new(),
+            settled: Condvar::new(),
             clock,
             config,
             ready_rx,
@@ -267,7 +270,7 @@ impl Engine {
         }
         sh.wait_acknowledged(pending.lsn)?;
         // In bounded chunks, so the timer thread and other callers get the lock in between.
-        const CHUNK: usize = 4096;
+        const CHUNK: usize = 1024;
         let mut start = 0;
         for chunk in pending.ends.chunks(CHUNK) {
             let mut state = sh.lock_state();
@@ -570,12 +573,14 @@ impl Shared {
         event: impl Fn(JobId) -> Event<'static>,
     ) -> Result<Vec<Outcome>> {
         self.check_open()?;
-        let mut plan = worker::Plan::default();
         let mut seen = table::IdSet::with_capacity_and_hasher(ids.len(), Default::default());
         let mut out = Vec::with_capacity(ids.len());
-        let lsn = {
-            let mut state = self.lock_state();
-            for &id in ids {
+        let mut last_lsn = None;
+        for chunk in ids.chunks(worker::LOCK_HOLD_ITEMS_MAX) {
+            let mut plan = worker::Plan::default();
+            let mut marked = Vec::with_capacity(chunk.len());
+            let state = self.settle(self.lock_state(), chunk.iter().copied());
+            for &id in chunk {
                 let outcome = match state.can_change(id) {
                     _ if !seen.insert(id) => Outcome::NotFound,
                     Some(job) => {
@@ -586,6 +591,7 @@ impl Shared {
                             });
                         }
                         plan.push(&event(id));
+                        marked.push(id);
                         Outcome::Done
                     }
                     None if state.jobs.contains_key(&id) => Outcome::Running,
@@ -593,25 +599,58 @@ impl Shared {
                 };
                 out.push(outcome);
             }
-            if plan.is_empty() {
-                return Ok(out);
+            if !plan.is_empty() {
+                last_lsn = Some(self.append_apply(state, &plan, &marked).0?);
             }
-            self.append_apply(&mut state, &plan)?
-        };
-        self.wait_acknowledged(lsn)?;
+        }
+        if let Some(lsn) = last_lsn {
+            self.wait_acknowledged(lsn)?;
+        }
         Ok(out)
     }
 
-    /// Appends the planned records and applies exactly what was appended (decoded back, as
-    /// replay will read it). Nothing is applied when the append fails.
-    fn append_apply(&self, state: &mut State, plan: &worker::Plan) -> Result<Lsn> {
-        let lsn = self.wal.append_batch_nowait(plan.records())?;
+    /// Waits until none of `ids` is busy, releasing the lock meanwhile.
+    fn settle<'a>(
+        &'a self,
+        mut state: MutexGuard<'a, State>,
+        ids: impl Iterator<Item = JobId> + Clone,
+    ) -> MutexGuard<'a, State> {
+        while state.any_busy(ids.clone()) {
+            state = self
+                .settled
+                .wait(state)
+                .expect("an engine lock poisoned by a panic");
+        }
+        state
+    }
+
+    /// Appends the planned records with the state lock released (so the timer thread never
+    /// waits for the disk behind it), then applies exactly what was appended (decoded back, as
+    /// replay will read it) under the lock again. The jobs the plan changes are marked busy
+    /// meanwhile, so no other call plans a change of them. Nothing is applied when the append
+    /// fails.
+    fn append_apply<'a>(
+        &'a self,
+        mut state: MutexGuard<'a, State>,
+        plan: &worker::Plan,
+        busy: &[JobId],
+    ) -> (Result<Lsn>, MutexGuard<'a, State>) {
+        state.set_busy(busy, true);
+        drop(state);
+        let appended = self.wal.append_batch_nowait(plan.records());
+        let mut state = self.lock_state();
+        state.set_busy(busy, false);
+        self.settled.notify_all();
+        let lsn = match appended {
+            Ok(lsn) => lsn,
+            Err(e) => return (Err(e.into()), state),
+        };
         for (record_type, body) in plan.records() {
             let event = Event::decode(record_type, body).expect("encoded by the plan");
             if let Err(why) = state.apply(&event, Mode::Live) {
                 panic!("live precondition held but the log's rule refused {event:?}: {why}");
             }
         }
-        Ok(lsn)
+        (Ok(lsn), state)
     }
 }

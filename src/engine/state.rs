@@ -297,6 +297,7 @@ impl State {
                 attempt: 0,
                 state: JobState::Scheduled,
                 lease_open: false,
+                busy: false,
                 binary,
                 payload,
                 timer,
@@ -359,6 +360,24 @@ impl State {
         if let Some(tx) = &self.ready_tx {
             // The engine holds a receiver as long as it holds the sender: a send can not fail.
             let _ = tx.send(id);
+        }
+    }
+
+    /// Whether any of `ids` is being changed by a call appending outside the lock.
+    pub fn any_busy(&self, ids: impl IntoIterator<Item = JobId>) -> bool {
+        ids.into_iter()
+            .any(|id| self.jobs.get(&id).is_some_and(|j| j.busy))
+    }
+
+    /// Marks or unmarks jobs a call appends changes of outside the lock.
+    pub fn set_busy(&mut self, ids: &[JobId], busy: bool) {
+        for id in ids {
+            let job = self
+                .jobs
+                .get_mut(id)
+                .expect("a busy job stays until its call applies");
+            assert_ne!(job.busy, busy, "one call at a time changes a job");
+            job.busy = busy;
         }
     }
 

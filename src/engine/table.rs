@@ -18,6 +18,9 @@ pub(crate) struct Job {
     /// the job is `Running`, or its lease ran out in memory (then it is `Ready` again, and the
     /// next cancel, reschedule or claim writes the `Expire` first).
     pub lease_open: bool,
+    /// A live call is appending a change of this job outside the state lock: other calls
+    /// wait for it to be applied before they look at the job (`Shared::settled`).
+    pub busy: bool,
     pub binary: bool,
     pub payload: Payload,
     /// Its entry in the due wheel while `Scheduled`, or in the lease wheel while `Ready`

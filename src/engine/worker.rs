@@ -16,6 +16,12 @@ use crate::error::{Error, Result};
 use crate::job::{Claimed, JobId, JobState};
 use crate::record::Event;
 
+/// Items (claims, finishes, cancels) handled per hold of the state lock: a batch of thousands
+/// is split, so that the timer thread waits for at most this many between two fires. On an
+/// `Err` part-way, the chunks before it took effect (a claim then runs out its lease; a
+/// complete or cancel tried again says `false` / `NotFound`).
+pub(super) const LOCK_HOLD_ITEMS_MAX: usize = 256;
+
 /// Records planned under the state lock, encoded end to end, to append in one batch.
 #[derive(Default)]
 pub(super) struct Plan {
@@ -104,14 +110,18 @@ impl Engine {
     pub fn claim_batch(&self, ids: &[JobId]) -> Result<Vec<Option<Claimed>>> {
         let sh = &*self.shared;
         sh.check_open()?;
-        let mut plan = Plan::default();
         let mut seen = IdSet::with_capacity_and_hasher(ids.len(), Default::default());
-        let mut ready_at = Vec::with_capacity(ids.len());
-        let (lsn, claimed) = {
-            let mut state = sh.lock_state();
+        let mut claimed = Vec::with_capacity(ids.len());
+        let mut last_lsn = None;
+        // A bounded number per hold of the state lock, so the timer thread gets it in between.
+        for chunk in ids.chunks(LOCK_HOLD_ITEMS_MAX) {
+            let mut plan = Plan::default();
+            let mut ready_at = Vec::with_capacity(chunk.len());
+            let mut marked = Vec::with_capacity(chunk.len());
+            let mut state = sh.settle(sh.lock_state(), chunk.iter().copied());
             let now_ms = state.observe_time(sh.clock.now_ms());
             let lease_until_ms = now_ms.saturating_add(sh.config.lease_ms);
-            for &id in ids {
+            for &id in chunk {
                 let job = match state.can_claim(id) {
                     Some(job) if seen.insert(id) => job,
                     _ => {
@@ -131,22 +141,26 @@ impl Engine {
                     lease_until_ms,
                 });
                 ready_at.push(Some(job.at_ms));
+                marked.push(id);
             }
-            if plan.is_empty() {
-                return Ok(ids.iter().map(|_| None).collect());
+            if !plan.is_empty() {
+                let (appended, relocked) = sh.append_apply(state, &plan, &marked);
+                state = relocked;
+                last_lsn = Some(appended?);
+                if lease_until_ms < state.sleeping_until_ms {
+                    sh.wake.notify_all();
+                }
             }
-            let lsn = sh.append_apply(&mut state, &plan)?;
-            if lease_until_ms < state.sleeping_until_ms {
-                sh.wake.notify_all();
-            }
-            let claimed: Vec<Option<Claimed>> = ids
-                .iter()
-                .zip(&ready_at)
-                .map(|(&id, at)| at.map(|at| state.claimed(id, at)))
-                .collect();
-            (lsn, claimed)
-        };
-        sh.wait_acknowledged(lsn)?;
+            claimed.extend(
+                chunk
+                    .iter()
+                    .zip(&ready_at)
+                    .map(|(&id, at)| at.map(|at| state.claimed(id, at))),
+            );
+        }
+        if let Some(lsn) = last_lsn {
+            sh.wait_acknowledged(lsn)?;
+        }
         Ok(claimed)
     }
 
@@ -196,29 +210,34 @@ impl Shared {
         event: impl Fn(&Claimed) -> Event<'r>,
     ) -> Result<Vec<bool>> {
         self.check_open()?;
-        let mut plan = Plan::default();
         // A batch may name a job twice; only the first finish counts.
         let mut seen = IdSet::with_capacity_and_hasher(claimed.len(), Default::default());
         let mut done = Vec::with_capacity(claimed.len());
-        let lsn = {
-            let mut state = self.lock_state();
-            for c in claimed {
+        let mut last_lsn = None;
+        for chunk in claimed.chunks(LOCK_HOLD_ITEMS_MAX) {
+            let mut plan = Plan::default();
+            let mut marked = Vec::with_capacity(chunk.len());
+            let state = self.settle(self.lock_state(), chunk.iter().map(|c| c.id));
+            for c in chunk {
                 let ok = state.can_finish(c.id, c.attempt) && seen.insert(c.id);
                 if ok {
                     plan.push(&event(c));
+                    marked.push(c.id);
                 }
                 done.push(ok);
             }
             if plan.is_empty() {
-                return Ok(done);
+                continue;
             }
-            let lsn = self.append_apply(&mut state, &plan)?;
+            let (appended, state) = self.append_apply(state, &plan, &marked);
+            last_lsn = Some(appended?);
             if state.draining && state.in_state[state_index(JobState::Running)] == 0 {
                 self.finished.notify_all();
             }
-            lsn
-        };
-        self.wait_acknowledged(lsn)?;
+        }
+        if let Some(lsn) = last_lsn {
+            self.wait_acknowledged(lsn)?;
+        }
         Ok(done)
     }
 }

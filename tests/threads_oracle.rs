@@ -1,0 +1,200 @@
+//! The simulation's oracle with real threads: producers schedule, cancellers cancel, workers
+//! take, claim and complete, all at once against the engine's own timer thread on the system
+//! clock, on the fault-injecting disk. Checked as it runs: no job is claimed before its due
+//! time (by the test's own clock), none after its cancel was acknowledged, none again after
+//! its completion was acknowledged, no (job, attempt) twice, no id twice. Then a power cut that
+//! keeps only what was synced, and a reopen: every acknowledged job that was not acknowledged
+//! cancelled or completed is there with its due time, and no acknowledged end comes back.
+//!
+//! `THREADS_ORACLE_OPS=2000000 cargo test --release --test threads_oracle` runs a campaign.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use timewheel::{Clock, Config, Engine, JobId, JobSpec, Outcome, SystemClock};
+use timewheel_wal::testing::{CrashOptions, FaultDisk, SimRng};
+
+#[derive(Default)]
+struct Ledger {
+    /// Acknowledged schedules: id -> due.
+    acked: HashMap<JobId, u64>,
+    cancelled: HashSet<JobId>,
+    completed: HashSet<JobId>,
+    claims: HashSet<(JobId, u32)>,
+}
+
+fn config() -> Config {
+    Config::new("/unused")
+        .segment_bytes(1 << 20)
+        .lease_ms(60_000)
+        .id_block(97)
+}
+
+#[test]
+fn real_threads_keep_the_oracle() {
+    let ops: u64 = std::env::var("THREADS_ORACLE_OPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40_000);
+    let disk = FaultDisk::new(4242);
+    let clock = Arc::new(SystemClock);
+    let engine = Arc::new(Engine::open_on(disk.storage(), config(), clock.clone()).expect("opens"));
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let done_ops = Arc::new(AtomicU64::new(0));
+    let producing = Arc::new(AtomicBool::new(true));
+    let mut threads = Vec::new();
+
+    for p in 0..3u64 {
+        let (engine, ledger, done_ops, producing) = (
+            engine.clone(),
+            ledger.clone(),
+            done_ops.clone(),
+            producing.clone(),
+        );
+        threads.push(std::thread::spawn(move || {
+            let mut rng = SimRng::new(p);
+            while done_ops.fetch_add(1, Ordering::Relaxed) < ops {
+                let n = 1 + rng.below(8) as usize;
+                let now = SystemClock.now_ms();
+                let dues: Vec<u64> = (0..n).map(|_| now + rng.below(30)).collect();
+                let ids = engine
+                    .schedule_batch(dues.iter().map(|&d| JobSpec::at(d)))
+                    .expect("schedule");
+                let mut l = ledger.lock().unwrap();
+                for (id, due) in ids.into_iter().zip(dues) {
+                    assert!(
+                        l.acked.insert(id, due).is_none(),
+                        "id {id} handed out twice"
+                    );
+                }
+            }
+            producing.store(false, Ordering::Release);
+        }));
+    }
+    {
+        let (engine, ledger, producing) = (engine.clone(), ledger.clone(), producing.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut rng = SimRng::new(99);
+            while producing.load(Ordering::Acquire) {
+                let pick = {
+                    let l = ledger.lock().unwrap();
+                    let n = l.acked.len() as u64;
+                    if n == 0 {
+                        continue;
+                    }
+                    // Recent ids are the ones still waiting.
+                    let newest = l.acked.keys().map(|id| id.0).max().unwrap_or(1);
+                    JobId(newest.saturating_sub(rng.below(64)).max(1))
+                };
+                let ids: Vec<JobId> = (0..4)
+                    .map(|k| JobId(pick.0.saturating_sub(k * 3).max(1)))
+                    .collect();
+                let out = engine.cancel_batch(&ids).expect("cancel");
+                let mut l = ledger.lock().unwrap();
+                for (id, o) in ids.iter().zip(out) {
+                    if o == Outcome::Done {
+                        assert!(
+                            !l.completed.contains(id),
+                            "cancelled {id} after its completion"
+                        );
+                        assert!(l.cancelled.insert(*id), "cancelled {id} twice");
+                    }
+                }
+            }
+        }));
+    }
+    for _ in 0..2 {
+        let (engine, ledger, producing) = (engine.clone(), ledger.clone(), producing.clone());
+        threads.push(std::thread::spawn(move || {
+            loop {
+                let jobs = engine
+                    .claim_next(64, Duration::from_millis(50))
+                    .expect("claim_next");
+                let now = SystemClock.now_ms();
+                if jobs.is_empty() {
+                    if !producing.load(Ordering::Acquire) {
+                        return;
+                    }
+                    continue;
+                }
+                {
+                    let l = ledger.lock().unwrap();
+                    for c in &jobs {
+                        assert!(
+                            c.due_ms <= now,
+                            "job {} due {} claimed at {now}",
+                            c.id,
+                            c.due_ms
+                        );
+                        assert!(c.ready_at_ms >= c.due_ms && c.ready_at_ms <= now);
+                        assert!(
+                            !l.cancelled.contains(&c.id),
+                            "job {} claimed after its cancel",
+                            c.id
+                        );
+                        assert!(
+                            !l.completed.contains(&c.id),
+                            "job {} claimed after completion",
+                            c.id
+                        );
+                    }
+                }
+                let done = engine.complete_batch(&jobs).expect("complete");
+                let mut l = ledger.lock().unwrap();
+                for (c, ok) in jobs.iter().zip(done) {
+                    assert!(
+                        l.claims.insert((c.id, c.attempt)),
+                        "attempt {} of {} twice",
+                        c.attempt,
+                        c.id
+                    );
+                    assert!(ok, "a lease of 60 s does not run out here");
+                    l.completed.insert(c.id);
+                }
+            }
+        }));
+    }
+    for t in threads {
+        t.join().expect("a thread broke the oracle");
+    }
+    // Jobs due after the last claim_next are still waiting; a power cut keeps what was synced.
+    let l = ledger.lock().unwrap();
+    assert!(
+        l.cancelled.is_disjoint(&l.completed),
+        "no job both cancelled and completed"
+    );
+    let Ok(engine) = Arc::try_unwrap(engine) else {
+        panic!("threads joined");
+    };
+    engine.abandon();
+    let disk = disk.crash(&CrashOptions::clean());
+    let engine = Engine::open_on(disk.storage(), config(), clock).expect("reopens");
+    let mut live = 0u64;
+    for (id, due) in &l.acked {
+        let info = engine.get(*id);
+        if l.cancelled.contains(id) || l.completed.contains(id) {
+            assert!(
+                info.is_none(),
+                "job {id} came back after its acknowledged end"
+            );
+        } else {
+            let info = info.unwrap_or_else(|| panic!("acknowledged job {id} lost"));
+            assert_eq!(info.due_ms, *due);
+            live += 1;
+        }
+    }
+    let s = engine.stats();
+    assert_eq!(
+        s.scheduled + s.ready + s.running,
+        live,
+        "no job the oracle never heard of"
+    );
+    assert!(
+        l.completed.len() as u64 > 0 && !l.cancelled.is_empty(),
+        "every kind of op ran"
+    );
+}
