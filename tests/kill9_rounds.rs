@@ -39,7 +39,9 @@ struct Oracle {
     /// Acknowledged schedules: id -> due.
     scheduled: BTreeMap<u64, u64>,
     /// Acknowledged cancels and completions: the job must never fire again.
-    finished: BTreeSet<u64>,
+    finished: BTreeMap<u64, String>,
+    /// The life now running (1 for the first), for the messages.
+    life: u64,
     /// Cancels and completions sent when the process was killed: their outcome is unknown, so
     /// the job may fire again or not.
     maybe_finished: BTreeSet<u64>,
@@ -75,9 +77,10 @@ impl Oracle {
                 "job {id} fired with due {due}, scheduled for {acked_due}"
             ));
         }
-        if self.finished.contains(&id) {
+        if let Some(how) = self.finished.get(&id) {
             self.violations.push(format!(
-                "job {id} fired after its cancel/complete was acked"
+                "job {id} fired (attempt {}, life {}) after its {how}",
+                ev["attempt"], self.life
             ));
         }
         let attempt = ev["attempt"].as_u64().expect("attempt");
@@ -101,7 +104,7 @@ impl Oracle {
     fn owed(&self) -> BTreeSet<u64> {
         self.scheduled
             .keys()
-            .filter(|id| !self.finished.contains(id) && !self.maybe_finished.contains(id))
+            .filter(|id| !self.finished.contains_key(id) && !self.maybe_finished.contains(id))
             .copied()
             .collect()
     }
@@ -118,6 +121,7 @@ fn target(req: &Value) -> Option<u64> {
 /// write a burst of completes and cancels at once, so that the kill also lands in the middle
 /// of batches the sidecar serves with one sync.
 fn life(dir: &Path, rng: &mut SimRng, oracle: &mut Oracle, tag: &mut u64) {
+    oracle.life += 1;
     let mut sc = Sidecar::start_quiet(dir, &LEASE);
     let pid = sc.pid();
     let kill_after = Duration::from_millis(rng.below(400));
@@ -135,7 +139,7 @@ fn life(dir: &Path, rng: &mut SimRng, oracle: &mut Oracle, tag: &mut u64) {
             .fired
             .iter()
             .copied()
-            .filter(|id| !oracle.finished.contains(id) && !oracle.maybe_finished.contains(id))
+            .filter(|id| !oracle.finished.contains_key(id) && !oracle.maybe_finished.contains(id))
             .collect();
         let owed: Vec<u64> = oracle.owed().into_iter().collect();
         let pick = |rng: &mut SimRng, from: &[u64]| from[rng.below(from.len() as u64) as usize];
@@ -202,12 +206,24 @@ fn life(dir: &Path, rng: &mut SimRng, oracle: &mut Oracle, tag: &mut u64) {
                 }
                 "cancel" => {
                     if reply["cancelled"] == json!(true) {
-                        oracle.finished.insert(target(request).expect("id"));
+                        let how = format!(
+                            "cancel was acked in life {} ({} of {})",
+                            oracle.life,
+                            i + 1,
+                            requests.len()
+                        );
+                        oracle.finished.insert(target(request).expect("id"), how);
                     }
                 }
                 _ => {
                     if reply["ok"] == json!(true) {
-                        oracle.finished.insert(target(request).expect("id"));
+                        let how = format!(
+                            "complete was acked in life {} ({} of {})",
+                            oracle.life,
+                            i + 1,
+                            requests.len()
+                        );
+                        oracle.finished.insert(target(request).expect("id"), how);
                     }
                 }
             }
@@ -229,6 +245,7 @@ fn run_campaign(seed: u64, rounds: u64) {
         life(&dir, &mut rng, &mut oracle, &mut tag);
     }
     // A last life that completes everything: every owed job must fire, the rest never.
+    oracle.life += 1;
     let mut sc = Sidecar::start_quiet(&dir, &["--auto-complete", LEASE[0], LEASE[1]]);
     let owed = oracle.owed();
     let deadline = Instant::now() + GUARD;
