@@ -83,9 +83,6 @@ pub struct Model {
     pub recent_units: Vec<Vec<u64>>,
     /// The jobs the current call changed, acknowledged; becomes a unit when the call is done.
     pub unit: Vec<u64>,
-    /// Returned ids whose schedule records media corruption may have cut with a tail
-    /// (recovery could not show it: the jobs had ended); `schedule` may return them again.
-    pub reuse_at_risk: BTreeSet<u64>,
 }
 
 /// How many recent durable changes the oracle remembers.
@@ -120,16 +117,6 @@ impl Model {
         self.recent_units.push(unit);
     }
 
-    /// The jobs of the newest `n` units.
-    pub fn recent_ids(&self, n: usize) -> BTreeSet<u64> {
-        let skip = self.recent_units.len().saturating_sub(n);
-        self.recent_units[skip..]
-            .iter()
-            .flatten()
-            .copied()
-            .collect()
-    }
-
     /// One past the highest id that could exist.
     pub fn id_end(&self) -> u64 {
         self.max_returned_id + self.failed_specs + 2 + self.id_block * (self.id_skips + 1)
@@ -142,13 +129,11 @@ impl Model {
     }
 
     /// A schedule returned `ids` for `specs`.
-    /// Returns `false` when an id came back that media corruption may have freed (the run
-    /// then ends as an unvouched tail).
     pub fn scheduled(
         &mut self,
         ids: &[JobId],
         specs: &[super::ops::Spec],
-    ) -> Result<bool, Violation> {
+    ) -> Result<(), Violation> {
         if ids.len() != specs.len() {
             return violation!(
                 "schedule of {} jobs returned {} ids",
@@ -158,9 +143,6 @@ impl Model {
         }
         for (id, spec) in ids.iter().zip(specs) {
             if let Some(old) = self.jobs.get(&id.0) {
-                if old.returned && self.reuse_at_risk.contains(&id.0) {
-                    return Ok(false);
-                }
                 if old.returned {
                     return violation!("id {id} returned by schedule twice");
                 }
@@ -180,7 +162,7 @@ impl Model {
             );
         }
         self.unit.extend(ids.iter().map(|id| id.0));
-        Ok(true)
+        Ok(())
     }
 
     /// A schedule of `n` jobs failed.
