@@ -143,7 +143,7 @@ impl<S: Storage> Wal<S> {
         if !storage.try_lock()? {
             return Err(Error::Locked);
         }
-        let (segments, report) = recover(&storage, &opts)?;
+        let (segments, next_file, report) = recover(&storage, &opts)?;
         let last_lsn = segments.last().expect("recovery leaves a segment").last_lsn;
         let last_id = segments.last().expect("recovery leaves a segment").id;
         tracing::info!(
@@ -170,7 +170,7 @@ impl<S: Storage> Wal<S> {
                 want: last_id + 1,
                 busy: false,
                 failed: false,
-                ready: BTreeMap::new(),
+                ready: next_file.into_iter().collect(),
                 stop: false,
             }),
             next_changed: Condvar::new(),

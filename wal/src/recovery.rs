@@ -4,7 +4,9 @@
 //! The rules (see `docs/wal-format.md`, "Recovery"):
 //!
 //! 1. Leftover spares and copies are removed. Segment ids must be consecutive. Trailing
-//!    segment files that are all zero (made ahead of need, never rolled into) are removed.
+//!    segment files that are all zero (made ahead of need, never rolled into) are removed,
+//!    except the one right after the last segment: it becomes the last segment's copy, or
+//!    else the next segment's file again.
 //! 2. Each segment's header must be valid and start at the previous segment's last LSN + 1.
 //!    The *last* segment may instead have a torn header and only zeros after it: a roll that
 //!    crashed before its header was durable. It is removed (its predecessor was synced before
@@ -24,7 +26,7 @@
 //! 6. A segment that needs a repair, and the last segment unless a clean close left it (its
 //!    close marker ends it, with zeros after), is **copied** into a fresh file (records up to
 //!    the cut, repaired groups, every block with its mirror), synced, and renamed over the old
-//!    one. Nothing already synced is ever written over in place, so a power cut during
+//!    one; for the last segment that file is the one made ahead, if there is one. Nothing already synced is ever written over in place, so a power cut during
 //!    recovery can not damage it; and records found in the page cache after a process crash
 //!    (maybe never written back, after a failed sync) are on disk before anything vouches for
 //!    them.
@@ -116,8 +118,9 @@ pub struct RecoveryReport {
     pub elapsed: Duration,
 }
 
-/// The segments in id order (the last is appended to) and the report.
-pub(crate) type Recovered<F> = (Vec<Segment<F>>, RecoveryReport);
+/// The segments in id order (the last is appended to), the next segment's file if one made
+/// ahead of need was kept (all zero, by id), and the report.
+pub(crate) type Recovered<F> = (Vec<Segment<F>>, Option<(u64, F)>, RecoveryReport);
 
 /// One commit block as recovery found it.
 #[derive(Debug, Clone, Copy)]
@@ -196,8 +199,12 @@ pub(crate) fn recover<S: Storage>(
 
     let mut window = Window::new(SCAN_CHUNK_BYTES);
     // Files made ahead for segments the log never rolled into: all zero, header included.
-    // They hold nothing (a roll writes the header before any record), so they are removed in
-    // every mode, and the segment before them is the last one.
+    // They hold nothing (a roll writes the header before any record), and the segment before
+    // them is the last one. The lowest of them, the file right after the last segment, is
+    // kept: it becomes the destination of the last segment's copy, or else the next
+    // segment's file again, so that the open neither makes nor prefaults a 64 MiB file. Any
+    // others are removed, in every mode.
+    let mut next_file: Option<(u64, S::File)> = None;
     let mut removed_next = false;
     while let Some(&id) = ids.last() {
         let name = segment_file_name(id);
@@ -206,20 +213,26 @@ pub(crate) fn recover<S: Storage>(
         if !rest_is_zero(&file, &mut window, 0)? {
             break;
         }
-        drop(file);
-        storage.remove(&name)?;
-        tracing::debug!(
-            segment = id,
-            "WAL removed a prepared segment file never rolled into"
-        );
-        report.removed_files.push(name);
-        removed_next = true;
+        if let Some((higher, file)) = next_file.replace((id, file)) {
+            drop(file);
+            remove_never_started(storage, higher, &mut report)?;
+            removed_next = true;
+        }
         ids.pop();
+    }
+    if ids.is_empty()
+        && let Some((id, file)) = next_file.take()
+    {
+        drop(file);
+        remove_never_started(storage, id, &mut report)?;
+        removed_next = true;
     }
     if removed_next {
         storage.sync_dir()?;
     }
     let mut segments: Vec<Segment<S::File>> = Vec::new();
+    // Files replaced by their copy (already unlinked by the rename), to close at the end.
+    let mut retired: Vec<S::File> = Vec::new();
     for (i, &id) in ids.iter().enumerate() {
         let is_last = i + 1 == ids.len();
         let name = segment_file_name(id);
@@ -295,7 +308,23 @@ pub(crate) fn recover<S: Storage>(
                     last.mirror_bad = true;
                 }
             }
-            file = copy_segment(storage, file, id, header.salt, &mut scan, &mut window)?;
+            // The next segment's file, made ahead and all zero, is the copy's destination
+            // when it fits: its pages are allocated, written back and (after a process crash)
+            // still cached, so the copy costs little more than its bytes.
+            let spare = if is_last {
+                next_file.take_if(|(next, f)| *next == id + 1 && f.len_bytes() == file.len_bytes())
+            } else {
+                None
+            };
+            file = copy_segment(
+                storage,
+                file,
+                (id, header.salt),
+                &mut scan,
+                &mut window,
+                spare.map(|(_, f)| f),
+                &mut retired,
+            )?;
             report.segments_copied += 1;
         }
         segments.push(Segment {
@@ -314,13 +343,62 @@ pub(crate) fn recover<S: Storage>(
         segments.push(install_segment(storage, 1, 1, opts.segment_bytes)?);
     }
     let last = segments.last().expect("at least one segment");
+    // The file made ahead, if the copy did not take it and it still follows the last segment
+    // (not after a torn roll) with the length appends expect, is the next segment's file.
+    let next_file = match next_file {
+        Some((id, file)) if id == last.id + 1 && file.len_bytes() == opts.segment_bytes => {
+            Some((id, file))
+        }
+        Some((id, file)) => {
+            drop(file);
+            remove_never_started(storage, id, &mut report)?;
+            None
+        }
+        None => None,
+    };
     // The directory entries recovery relies on must be durable before anything vouches.
     storage.sync_dir()?;
     report.segments = segments.len() as u64;
     report.first_lsn = segments[0].first_lsn;
     report.last_lsn = last.last_lsn;
+    release(storage, retired);
     report.elapsed = started.elapsed();
-    Ok((segments, report))
+    Ok((segments, next_file, report))
+}
+
+/// Removes the file of segment `id`, made ahead and never rolled into (all zero).
+fn remove_never_started<S: Storage>(
+    storage: &S,
+    id: u64,
+    report: &mut RecoveryReport,
+) -> Result<(), Error> {
+    let name = segment_file_name(id);
+    storage.remove(&name)?;
+    tracing::debug!(
+        segment = id,
+        "WAL removed a prepared segment file never rolled into"
+    );
+    report.removed_files.push(name);
+    Ok(())
+}
+
+/// Closes the files that recovery's copies replaced. Their names are gone already (renamed
+/// over, directory synced), so closing them only frees the old inodes; on a real file system
+/// that drops their page cache and frees their blocks, which for a 64 MiB segment takes tens
+/// of milliseconds, so a storage that prepares segments in the background (real files) does
+/// it on a short-lived thread instead of on the open path. The fault storage, which must stay
+/// deterministic, closes them here.
+fn release<S: Storage>(storage: &S, retired: Vec<S::File>) {
+    if retired.is_empty() || !storage.prepare_in_background() {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("timewheel-wal-release".to_owned())
+        .spawn(move || drop(retired));
+    if let Err(e) = spawned {
+        // The closure (and the files) were dropped with the error: closed here after all.
+        tracing::debug!(error = %e, "WAL closed replaced segment files inline");
+    }
 }
 
 /// Reads and checks a segment header. The outer `Result` is I/O, the inner one the verdict.
@@ -400,6 +478,12 @@ fn record_at<F: StorageFile>(
 /// Whether a crc-valid mirror at `at` describes the block at `block_start` whose first LSN is
 /// `first_lsn`, and its frames check out (every record valid at its place, LSNs in order).
 /// Returns the group's prefix and bytes.
+///
+/// With `checked_group = Some(bytes)` the caller has already checked, record by record, the
+/// `bytes` of records at `block_start` (LSNs from `first_lsn` on): then the copy must hold
+/// exactly those bytes, and is compared with them instead of being checked frame by frame
+/// again (equal bytes at the same place get the same verdict), so a good block costs one crc
+/// pass over its group and one over its mirror.
 fn mirror_at<F: StorageFile>(
     file: &F,
     window: &mut Window,
@@ -407,6 +491,7 @@ fn mirror_at<F: StorageFile>(
     at: u64,
     block_start: u64,
     first_lsn: Lsn,
+    checked_group: Option<u64>,
 ) -> io::Result<Option<(MirrorPrefix, u64)>> {
     let Found::Valid(h) = record_at(file, window, salt, at)? else {
         return Ok(None);
@@ -415,20 +500,37 @@ fn mirror_at<F: StorageFile>(
         return Ok(None);
     }
     let len = file.len_bytes();
-    let frame = window.get(file, len, at, h.frame_bytes() as usize)?;
+    let group_bytes = (h.len as usize - MIRROR_PREFIX_BYTES) as u64;
+    if at < block_start || align_to(block_start + group_bytes, MIRROR_ALIGN) != at {
+        return Ok(None);
+    }
+    if checked_group.is_some_and(|g| g != group_bytes) {
+        return Ok(None);
+    }
+    // With a checked group, the group and its mirror in one piece (the mirror follows the
+    // group within 512 bytes).
+    let from = if checked_group.is_some() {
+        block_start
+    } else {
+        at
+    };
+    let span = window.get(file, len, from, (at - from + h.frame_bytes()) as usize)?;
+    let (group, frame) = span.split_at((at - from) as usize);
     let body = &frame[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + h.len as usize];
     let Some(prefix) = decode_mirror_prefix(body) else {
         return Ok(None);
     };
     let frames = &body[MIRROR_PREFIX_BYTES..];
-    let group_bytes = frames.len() as u64;
     if prefix.group_start != block_start
         || prefix.first_lsn != first_lsn
         || prefix.count == 0
-        || align_to(block_start + group_bytes, MIRROR_ALIGN) != at
         || h.lsn != first_lsn + u64::from(prefix.count) - 1
     {
         return Ok(None);
+    }
+    if checked_group.is_some() {
+        // `group` runs up to the mirror: the records, then the gap (never read).
+        return Ok((group[..frames.len()] == *frames).then_some((prefix, group_bytes)));
     }
     // Every frame of the copy must be a valid record at its own place.
     let mut rel = 0usize;
@@ -486,6 +588,8 @@ fn scan_segment<F: StorageFile>(
         let first = lsn;
         let mut o = b;
         let (mut records, mut skipped, mut bytes) = (0u64, 0u64, 0u64);
+        // The loop found the group's valid mirror right after its last record.
+        let mut mirror_ok = false;
         let stop = loop {
             // The group may end here, its mirror at the next sector boundary (the gap is never
             // read: it may be shorter than a record header, or damaged).
@@ -495,9 +599,10 @@ fn scan_segment<F: StorageFile>(
                     let mh = decode_record_header(window.get(file, len, m, RECORD_HEADER_BYTES)?);
                     if mh.record_type == RECORD_TYPE_MIRROR
                         && u64::from(mh.len) == MIRROR_PREFIX_BYTES as u64 + (o - b)
-                        && mirror_at(file, window, salt, m, b, first)?
+                        && mirror_at(file, window, salt, m, b, first, Some(o - b))?
                             .is_some_and(|(p, _)| u64::from(p.count) == lsn - first)
                     {
+                        mirror_ok = true;
                         break None;
                     }
                 }
@@ -547,7 +652,16 @@ fn scan_segment<F: StorageFile>(
                 if rest_is_zero(file, window, b)? {
                     break;
                 }
-            } else if mirror_at(file, window, salt, align_to(o, MIRROR_ALIGN), b, first)?
+            } else if mirror_ok
+                || mirror_at(
+                    file,
+                    window,
+                    salt,
+                    align_to(o, MIRROR_ALIGN),
+                    b,
+                    first,
+                    Some(o - b),
+                )?
                 .is_some_and(|(p, g)| u64::from(p.count) == count && g == o - b)
             {
                 report.records += records;
@@ -665,7 +779,7 @@ fn find_mirror<F: StorageFile>(
         let h = decode_record_header(window.get(file, len, at, RECORD_HEADER_BYTES)?);
         if h.record_type == RECORD_TYPE_MIRROR
             && let Some((prefix, bytes)) =
-                mirror_at(file, window, salt, at, block_start, first_lsn)?
+                mirror_at(file, window, salt, at, block_start, first_lsn, None)?
         {
             return Ok(Some((at, prefix, bytes)));
         }
@@ -674,22 +788,35 @@ fn find_mirror<F: StorageFile>(
     Ok(None)
 }
 
-/// Writes segment `id` anew into a fresh file: its header, every block of `scan` (repaired
-/// groups from their mirror) each with a mirror, nothing after; syncs it and renames it over
-/// the segment. Returns the new file; `scan.end` becomes the next block.
+/// Writes segment `id` anew into a fresh file: its header, every block of `scan` (good blocks
+/// byte for byte with their mirror, repaired groups from their mirror, the others with a new
+/// mirror), nothing after; syncs it and renames it over the segment. The fresh file is
+/// `spare` (the all-zero file made ahead for segment `id + 1`, renamed to the copy's name
+/// first) or else a new one. Returns the new file; the replaced one goes to `retired`, and
+/// `scan.end` becomes the next block.
 fn copy_segment<S: Storage>(
     storage: &S,
     old: S::File,
-    id: u64,
-    salt: u64,
+    (id, salt): (u64, u64),
     scan: &mut Scan,
     window: &mut Window,
+    spare: Option<S::File>,
+    retired: &mut Vec<S::File>,
 ) -> Result<S::File, Error> {
     let len = old.len_bytes();
     let name = copy_file_name(id);
-    let new = storage
-        .create(&name, len)
-        .map_err(|e| create_error(id, e))?;
+    let new = match spare {
+        Some(file) => {
+            storage.rename(&segment_file_name(id + 1), &name)?;
+            // Durable before anything is written into it: a crash must never leave segment
+            // `id`'s copy under the name of segment `id + 1`.
+            storage.sync_dir()?;
+            file
+        }
+        None => storage
+            .create(&name, len)
+            .map_err(|e| create_error(id, e))?,
+    };
     let result = (|| -> Result<u64, Error> {
         let mut header = [0u8; SEGMENT_HEADER_BYTES];
         old.read_at(0, &mut header)?;
@@ -698,6 +825,16 @@ fn copy_segment<S: Storage>(
         let mut frames = Vec::new();
         let mut mirror = Vec::new();
         for block in &scan.blocks {
+            let mirror_end = sealed_end(block.start, block.group_bytes);
+            if block.repair_from.is_none() && !block.mirror_bad {
+                // A good block with its good mirror: copied as it is (same salt, same place),
+                // with no crc to compute again.
+                frames.resize((mirror_end - block.start) as usize, 0);
+                old.read_at(block.start, &mut frames)?;
+                new.write_at(block.start, &frames)?;
+                end = next_block(mirror_end);
+                continue;
+            }
             let source = match block.repair_from {
                 Some(m) => m + (RECORD_HEADER_BYTES + MIRROR_PREFIX_BYTES) as u64,
                 None => block.start,
@@ -712,7 +849,6 @@ fn copy_segment<S: Storage>(
                 rel += decode_record_header(&frames[rel..]).frame_bytes() as usize;
                 count += 1;
             }
-            let mirror_end = sealed_end(block.start, block.group_bytes);
             let at = align_to(block.start + block.group_bytes, MIRROR_ALIGN);
             mirror.clear();
             let prefix = MirrorPrefix {
@@ -730,10 +866,10 @@ fn copy_segment<S: Storage>(
         storage.sync_dir()?;
         Ok(end)
     })();
-    drop(old);
     window.reset();
     match result {
         Ok(end) => {
+            retired.push(old);
             tracing::info!(
                 segment = id,
                 bytes = end,
