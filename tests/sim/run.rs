@@ -451,36 +451,49 @@ impl Sim {
         for attempt in 0..=ATTEMPTS_MAX {
             let armed = faults && attempt < ATTEMPTS_MAX && self.rng.chance(0.25);
             if armed {
-                if self.rng.chance(0.7) {
+                let kind = self.rng.below(10);
+                if kind < 5 {
                     let f = match self.rng.below(3) {
                         0 => SyncFailure::Next,
                         1 => SyncFailure::AfterN(self.rng.below(4)),
                         _ => SyncFailure::AlwaysAfterN(self.rng.below(4)),
                     };
                     self.disk.set_sync_failure(f);
-                } else {
+                } else if kind < 7 {
                     self.disk.set_enospc(true);
+                } else {
+                    // A media read error while recovery reads the log: `Io`, never a panic
+                    // (a SIGBUS through the map) or `Corrupted`.
+                    let f = SyncFailure::AfterN(self.rng.below(6));
+                    self.disk.set_read_failure(f);
                 }
             } else if attempt == ATTEMPTS_MAX || !faults || self.rng.chance(0.8) {
                 // Failpoints armed before a close stay armed across it, sometimes.
                 self.disk.set_sync_failure(SyncFailure::Never);
                 self.disk.set_enospc(false);
+                self.disk.set_read_failure(SyncFailure::Never);
             }
             let failed_before = self.disk.stats().failed_syncs;
             let enospc_before = self.disk.stats().enospc_failures;
+            let reads_failed_before = self.disk.stats().failed_reads;
             let r = Engine::open_on(
                 self.disk.storage(),
                 self.config(),
                 Arc::new(self.clock.clone()),
             );
             let stats = self.disk.stats();
-            let faulted =
-                stats.failed_syncs > failed_before || stats.enospc_failures > enospc_before;
+            let faulted = stats.failed_syncs > failed_before
+                || stats.enospc_failures > enospc_before
+                || stats.failed_reads > reads_failed_before;
+            // An armed read failure that did not fire stays off for the engine's life.
+            self.disk.set_read_failure(SyncFailure::Never);
             match r {
                 Ok(engine) => {
                     self.trace.event(&[90, attempt.into()]);
                     if faulted {
-                        return violation!("open succeeded although a sync or create failed in it");
+                        return violation!(
+                            "open succeeded although a sync, create or read failed in it"
+                        );
                     }
                     return self.check_recovered(engine);
                 }
