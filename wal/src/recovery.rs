@@ -26,7 +26,10 @@
 //! 6. A segment that needs a repair, and the last segment unless a clean close left it (its
 //!    close marker ends it, with zeros after), is **copied** into a fresh file (records up to
 //!    the cut, repaired groups, every block with its mirror), synced, and renamed over the old
-//!    one; for the last segment that file is the one made ahead, if there is one. Nothing already synced is ever written over in place, so a power cut during
+//!    one; for the last segment that file is the one made ahead, if there is one. The last
+//!    segment is kept as it is instead when it needs no repair or cut and the bytes that
+//!    nothing in it vouches for are found on the medium (synced, then read past the cache).
+//!    Either way, "durable before anything vouches for it" holds. Nothing already synced is ever written over in place, so a power cut during
 //!    recovery can not damage it; and records found in the page cache after a process crash
 //!    (maybe never written back, after a failed sync) are on disk before anything vouches for
 //!    them.
@@ -52,6 +55,9 @@ use crate::storage::{Storage, StorageFile};
 
 /// Bytes read per call while scanning.
 const SCAN_CHUNK_BYTES: usize = 4 << 20;
+/// Bytes read per call, from the medium and from the cache, when checking that the unvouched
+/// part of the last segment is durable.
+const VERIFY_CHUNK_BYTES: usize = 1 << 20;
 
 /// A torn tail that recovery cut off.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,9 +117,12 @@ pub struct RecoveryReport {
     /// Mirrors found damaged while their group was intact: ignored, and rewritten when the
     /// segment is copied.
     pub damaged_mirrors: u64,
-    /// Segments copied into a fresh file: the last one unless a clean close left it, and any
-    /// that needed a repair.
+    /// Segments copied into a fresh file: the last one unless a clean close left it or it was
+    /// found durable as it is, and any that needed a repair.
     pub segments_copied: u64,
+    /// Last segments that a clean close did not end but that needed no copy: no repair, no
+    /// cut, and what nothing vouched for was found on the medium, as the cache shows it.
+    pub segments_verified: u64,
     /// Wall time recovery took.
     pub elapsed: Duration,
 }
@@ -127,6 +136,8 @@ pub(crate) type Recovered<F> = (Vec<Segment<F>>, Option<(u64, F)>, RecoveryRepor
 struct Block {
     start: u64,
     group_bytes: u64,
+    /// LSN of its last record.
+    last_lsn: Lsn,
     /// Where a valid mirror of the group is, when the group itself is damaged.
     repair_from: Option<u64>,
     /// The block's mirror is missing or damaged (the copy writes a new one).
@@ -143,6 +154,10 @@ struct Scan {
     last_lsn: Lsn,
     /// A clean close's marker ended the segment (at `end`) with only zeros after it.
     closed: bool,
+    /// Only zeros follow `end` (or `end` is the end of the file).
+    zeros_after: bool,
+    /// The highest LSN that a valid record of the segment vouches for (0: none).
+    vouched: Lsn,
     /// The first damage that could not be repaired, as (offset, reason).
     damage: Option<(u64, CorruptionReason)>,
 }
@@ -174,6 +189,7 @@ pub(crate) fn recover<S: Storage>(
         repaired_groups: Vec::new(),
         damaged_mirrors: 0,
         segments_copied: 0,
+        segments_verified: 0,
         elapsed: Duration::ZERO,
     };
     let names = storage.list()?;
@@ -299,7 +315,19 @@ pub(crate) fn recover<S: Storage>(
         // when it holds no record: its header may be only in the page cache too (a roll whose
         // header sync failed, then a drop without a crash), and the records appended after
         // this open would then sit behind a header that a power cut turns to zeros.
-        let copy = repaired || (is_last && !scan.closed);
+        //
+        // Unless what the copy is for is already true: a last segment that needs no repair and
+        // no cut, with only zeros after its blocks, whose bytes that nothing vouches for are
+        // found on the medium itself, byte for byte as the cache shows them, after a sync of
+        // that range (see `on_medium`), is durable as it is and is kept, unwritten.
+        let mut copy = repaired || (is_last && !scan.closed);
+        if copy && !repaired && scan.damage.is_none() && scan.zeros_after {
+            let from = unvouched_from(&scan, header.first_lsn);
+            if on_medium(&file, from, scan.end, id)? {
+                copy = false;
+                report.segments_verified += 1;
+            }
+        }
         let mut file = file;
         if copy {
             if scan.damage.is_some() {
@@ -364,6 +392,53 @@ pub(crate) fn recover<S: Storage>(
     release(storage, retired);
     report.elapsed = started.elapsed();
     Ok((segments, next_file, report))
+}
+
+/// Where the bytes of a scanned segment start that no record vouches for: the start of the
+/// first block with a record after the highest LSN vouched for, or 0 (the header too) when
+/// nothing in the segment is vouched for. Everything before it was acknowledged durable (a
+/// sync covering it, and its mirror, returned success before the vouching record was written).
+fn unvouched_from(scan: &Scan, first_lsn: Lsn) -> u64 {
+    if scan.vouched < first_lsn {
+        return 0;
+    }
+    scan.blocks
+        .iter()
+        .find(|b| b.last_lsn > scan.vouched)
+        .map_or(scan.end, |b| b.start)
+}
+
+/// Whether bytes `from..to` of `file` (page aligned) are on the medium: syncs the range (its
+/// dirty pages are written back, none of which a successful sync covered before: blocks start
+/// on fresh pages), then reads it from the medium itself ([`StorageFile::read_durable`]) and
+/// from the cache, and compares. A page a failed sync marked clean without writing it (Linux
+/// does) differs, and so does anything the medium lost. `Ok(false)` when they differ or the
+/// storage can not read the medium; a failed sync or read is an error, as in the copy.
+fn on_medium<F: StorageFile>(file: &F, from: u64, to: u64, id: u64) -> Result<bool, Error> {
+    if from >= to {
+        return Ok(true);
+    }
+    file.sync_range(from, to - from)?;
+    let chunk = (to - from).min(VERIFY_CHUNK_BYTES as u64) as usize;
+    let (mut medium, mut cache) = (vec![0u8; chunk], vec![0u8; chunk]);
+    let mut off = from;
+    while off < to {
+        let n = (to - off).min(chunk as u64) as usize;
+        if !file.read_durable(off, &mut medium[..n])? {
+            return Ok(false);
+        }
+        file.read_at(off, &mut cache[..n])?;
+        if medium[..n] != cache[..n] {
+            tracing::warn!(
+                segment = id,
+                offset = off,
+                "WAL bytes in the cache are not on the medium (an earlier sync failed?): copying"
+            );
+            return Ok(false);
+        }
+        off += n as u64;
+    }
+    Ok(true)
 }
 
 /// Removes the file of segment `id`, made ahead and never rolled into (all zero).
@@ -578,6 +653,8 @@ fn scan_segment<F: StorageFile>(
         end: FIRST_BLOCK_OFFSET,
         last_lsn: header.first_lsn - 1,
         closed: false,
+        zeros_after: false,
+        vouched: 0,
         damage: None,
     };
     let mut b = FIRST_BLOCK_OFFSET;
@@ -632,6 +709,7 @@ fn scan_segment<F: StorageFile>(
                     }
                     records += 1;
                     bytes += h.frame_bytes();
+                    scan.vouched = scan.vouched.max(h.vouched_lsn());
                     o += h.frame_bytes();
                     lsn += 1;
                 }
@@ -650,6 +728,7 @@ fn scan_segment<F: StorageFile>(
                     break;
                 }
                 if rest_is_zero(file, window, b)? {
+                    scan.zeros_after = true;
                     break;
                 }
             } else if mirror_ok
@@ -670,6 +749,7 @@ fn scan_segment<F: StorageFile>(
                 scan.blocks.push(Block {
                     start: b,
                     group_bytes: o - b,
+                    last_lsn: lsn - 1,
                     repair_from: None,
                     mirror_bad: false,
                 });
@@ -703,6 +783,7 @@ fn scan_segment<F: StorageFile>(
             scan.blocks.push(Block {
                 start: b,
                 group_bytes,
+                last_lsn: first + u64::from(prefix.count) - 1,
                 repair_from: Some(m),
                 mirror_bad: false,
             });
@@ -735,6 +816,7 @@ fn scan_segment<F: StorageFile>(
                 scan.blocks.push(Block {
                     start: b,
                     group_bytes: o - b,
+                    last_lsn: lsn - 1,
                     repair_from: None,
                     mirror_bad: true,
                 });
@@ -751,6 +833,7 @@ fn scan_segment<F: StorageFile>(
             scan.blocks.push(Block {
                 start: b,
                 group_bytes: o - b,
+                last_lsn: lsn - 1,
                 repair_from: None,
                 mirror_bad: true,
             });
@@ -760,6 +843,7 @@ fn scan_segment<F: StorageFile>(
         return Ok(scan);
     }
     scan.end = b.min(len);
+    scan.zeros_after |= b >= len;
     Ok(scan)
 }
 

@@ -185,3 +185,26 @@ fn zero_length_file_is_allowed() {
     assert!(file.write_at(0, b"x").is_err());
     assert_eq!(storage.open("empty").unwrap().len_bytes(), 0);
 }
+
+#[test]
+fn direct_reads_see_what_a_sync_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = MmapStorage::open_dir(dir.path()).unwrap();
+    let file = storage.create("d", 3 * 4096).unwrap();
+    file.write_at(4096, b"on the medium").unwrap();
+    file.sync_range(4096, 4096).unwrap();
+    let mut medium = vec![0u8; 8192];
+    // Refused only where the file system has no O_DIRECT (tmpfs) or the platform is unknown.
+    if file.read_durable(4096, &mut medium).unwrap() {
+        assert_eq!(&medium[..13], b"on the medium");
+        assert!(medium[13..].iter().all(|&b| b == 0));
+    }
+    // Unaligned requests and reads past the end are errors, not partial reads.
+    assert_eq!(
+        file.read_durable(1, &mut medium[..4096])
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidInput
+    );
+    assert!(file.read_durable(8192, &mut medium).is_err());
+}

@@ -47,13 +47,14 @@
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt as _, MetadataExt as _};
+use std::os::fd::AsRawFd as _;
+use std::os::unix::fs::{FileExt as _, MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::ptr;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 
 use fs4::FileExt as _;
-use memmap2::{Advice, MmapRaw};
+use memmap2::{Advice, MmapMut, MmapRaw};
 
 use super::{Storage, StorageFile};
 
@@ -66,6 +67,30 @@ const EINVAL: i32 = 22;
 
 /// Linux's `EOPNOTSUPP`: `fallocate` is not supported by this file system.
 const EOPNOTSUPP: i32 = 95;
+
+/// Linux's `O_DIRECT` on the architectures where we know its value (it differs by
+/// architecture); elsewhere [`StorageFile::read_durable`] says it can not read the medium.
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "x86", target_arch = "riscv64")
+))]
+const O_DIRECT: Option<i32> = Some(0o40000);
+#[cfg(all(target_os = "linux", any(target_arch = "aarch64", target_arch = "arm")))]
+const O_DIRECT: Option<i32> = Some(0o200000);
+#[cfg(not(all(
+    target_os = "linux",
+    any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        target_arch = "riscv64",
+        target_arch = "aarch64",
+        target_arch = "arm"
+    )
+)))]
+const O_DIRECT: Option<i32> = None;
+
+/// Bytes per `O_DIRECT` read (through one page-aligned anonymous buffer).
+const DIRECT_READ_CHUNK_BYTES: usize = 1 << 20;
 
 /// How many zero bytes are written per call when the file system can not `fallocate`.
 const ZERO_FILL_CHUNK_BYTES: usize = 1 << 20;
@@ -419,6 +444,59 @@ impl StorageFile for MmapFile {
         // memmap2 rounds the start down to a page boundary; msync(MS_SYNC) then covers every
         // page the range touches.
         f.map.flush_range(start, len)
+    }
+
+    /// An `O_DIRECT` read (Linux), which bypasses the page cache: it reads what the device
+    /// holds, not a cached page that a failed write-back left clean but unwritten. The file is
+    /// opened again through `/proc/self/fd` with `O_DIRECT`; a file system that refuses
+    /// `O_DIRECT` (tmpfs), a missing `/proc` or an unknown platform is `Ok(false)`. The buffer
+    /// is an anonymous mapping, so it is page aligned, as `O_DIRECT` needs.
+    fn read_durable(&self, offset: u64, buf: &mut [u8]) -> io::Result<bool> {
+        let f = &*self.shared;
+        check_range(
+            f.len_bytes,
+            offset,
+            buf.len(),
+            io::ErrorKind::UnexpectedEof,
+            &format!("{}: direct read", f.opened_as),
+        )?;
+        if !offset.is_multiple_of(4096) || !buf.len().is_multiple_of(4096) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a direct read must be page aligned",
+            ));
+        }
+        let Some(o_direct) = O_DIRECT else {
+            return Ok(false);
+        };
+        if buf.is_empty() {
+            return Ok(true);
+        }
+        let direct = match OpenOptions::new()
+            .read(true)
+            .custom_flags(o_direct)
+            .open(format!("/proc/self/fd/{}", f.file.as_raw_fd()))
+        {
+            Ok(file) => file,
+            Err(e) if e.raw_os_error() == Some(EINVAL) || e.kind() == io::ErrorKind::NotFound => {
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        };
+        let mut aligned = MmapMut::map_anon(DIRECT_READ_CHUNK_BYTES.min(buf.len()))?;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let n = aligned.len().min(buf.len() - done);
+            match direct.read_exact_at(&mut aligned[..n], offset + done as u64) {
+                Ok(()) => {}
+                // Some file systems accept the open but not the read.
+                Err(e) if e.raw_os_error() == Some(EINVAL) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+            buf[done..done + n].copy_from_slice(&aligned[..n]);
+            done += n;
+        }
+        Ok(true)
     }
 
     fn prefault(&self) -> io::Result<()> {

@@ -85,6 +85,17 @@ pub trait StorageFile: Send + Sync + 'static {
     /// instead).
     fn sync_range(&self, offset: u64, len: u64) -> io::Result<()>;
 
+    /// Reads `buf.len()` bytes at `offset` from the medium itself, past any cache that may
+    /// show bytes the medium does not hold (a page that a failed write-back marked clean), and
+    /// returns `Ok(true)`; or returns `Ok(false)` when this storage can not read that way (the
+    /// default: callers then assume nothing about the medium). `offset` and `buf.len()` are
+    /// multiples of 4096. Recovery calls it after a successful [`StorageFile::sync_range`] of
+    /// the range, so what it reads is durable. A media error is an `Err`, as for `read_at`.
+    fn read_durable(&self, offset: u64, buf: &mut [u8]) -> io::Result<bool> {
+        let _ = (offset, buf);
+        Ok(false)
+    }
+
     /// Touches every page of a freshly created (all-zero) file ahead of need, so that the
     /// first writes into it later take no page fault that allocates or zeroes blocks, and
     /// makes those zeros durable, so that later syncs write data only (no extent conversion).

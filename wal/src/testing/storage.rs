@@ -235,6 +235,25 @@ impl StorageFile for FaultFile {
         Ok(())
     }
 
+    /// The durable image: what a power cut now would keep for sure.
+    fn read_durable(&self, offset: u64, buf: &mut [u8]) -> io::Result<bool> {
+        let (start, len) = check_range(
+            self.len_bytes,
+            offset,
+            buf.len(),
+            io::ErrorKind::UnexpectedEof,
+            "read",
+        )?;
+        let mut s = self.disk.lock();
+        let inode = &s.inodes[&self.ino];
+        if inode.reads_bad(&(start..start + len)) || s.read_fails() {
+            s.stats.failed_reads += 1;
+            return Err(io::Error::from_raw_os_error(EIO));
+        }
+        buf.copy_from_slice(&s.inodes[&self.ino].durable[start..start + len]);
+        Ok(true)
+    }
+
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
         let (start, _) = check_range(
             self.len_bytes,
