@@ -38,6 +38,12 @@ pub(super) fn replay<S: Storage>(
     open_started_ms: u64,
 ) -> Result<Replayed> {
     let started = Instant::now();
+    // Most records of a young log are schedules: size the table once instead of rehashing it
+    // all the way up (bounded, since an old log is mostly finished jobs).
+    const RESERVE_JOBS_MAX: u64 = 4 << 20;
+    state
+        .jobs
+        .reserve(report.records.min(RESERVE_JOBS_MAX) as usize);
     let mut ids = IdLedger::default();
     let mut records = 0u64;
     let mut skipped = 0u64;
