@@ -179,6 +179,9 @@ pub(crate) struct Window {
     start: u64,
     len: usize,
     chunk_bytes: usize,
+    /// Long checks of a file (recovery's zero checks) may use a second thread: only for a
+    /// storage whose I/O order does not have to be deterministic (real files).
+    pub(crate) parallel: bool,
 }
 
 impl Window {
@@ -188,6 +191,7 @@ impl Window {
             start: 0,
             len: 0,
             chunk_bytes,
+            parallel: false,
         }
     }
 
