@@ -67,6 +67,10 @@ const REGRESSION_SEEDS: &[(u64, &str)] = &[
         1026001,
         "one misdirected write took out two records and voucher",
     ),
+    (
+        5008352,
+        "SegmentMissing after power cuts only (campaign of 2026-12-01 on 98c2c9a)",
+    ),
 ];
 
 fn env_u64(name: &str) -> Option<u64> {
