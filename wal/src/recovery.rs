@@ -253,42 +253,49 @@ pub(crate) fn recover<S: Storage>(
     if removed_next {
         storage.sync_dir()?;
     }
+    // A torn roll: the last file's header failed its crc (or the file is cut short) and only
+    // zeros follow it. Decided before the segments are scanned, so that the segment before it,
+    // the one appended to next, gets the last segment's treatment (found durable, or copied):
+    // a roll syncs it before writing the header, but if the header is not a torn roll's after
+    // all (damage that merely looks like one), its bytes may be in the cache only. For damage
+    // it stays a sealed segment (refused, never cut). The file is removed once the segments
+    // before it checked out (so a refused open modifies nothing).
+    let mut torn_roll: Option<(String, CorruptionReason)> = None;
+    if let Some(&id) = ids.last()
+        && opts.recovery_mode == RecoveryMode::TolerateTornTail
+        && (ids.len() >= 2 || id == 1)
+    {
+        let name = segment_file_name(id);
+        let file = storage.open(&name)?;
+        window.reset();
+        // Only a header that failed its crc (or a file cut short) can be a torn write; a
+        // crc-valid header with wrong contents is something else. Records are appended only
+        // once the header is durable, so a torn roll holds nothing after it; anything there
+        // (even bytes that no longer check out under the damaged header's salt) means the
+        // header was damaged later.
+        if let Err(
+            reason @ (CorruptionReason::HeaderChecksum | CorruptionReason::FileTooSmall { .. }),
+        ) = read_header(&file, id, None)?
+            && rest_is_zero(&file, &mut window, SEGMENT_HEADER_BYTES as u64)?
+        {
+            torn_roll = Some((name, reason));
+            ids.pop();
+        }
+    }
     let mut segments: Vec<Segment<S::File>> = Vec::new();
     // Files replaced by their copy (already unlinked by the rename), to close at the end.
     let mut retired: Vec<S::File> = Vec::new();
     for (i, &id) in ids.iter().enumerate() {
-        let is_last = i + 1 == ids.len();
+        // The segment appended to next; the last one for damage unless a torn roll follows.
+        let appended_to = i + 1 == ids.len();
+        let is_last = appended_to && torn_roll.is_none();
         let name = segment_file_name(id);
         let file = storage.open(&name)?;
         window.reset();
         let expected_first = segments.last().map(|s| s.last_lsn + 1);
         let header = match read_header(&file, id, expected_first)? {
             Ok(header) => header,
-            Err(reason) => {
-                // Only a header that failed its crc (or a file cut short) can be a torn write;
-                // a crc-valid header with wrong contents is something else.
-                let torn_write = matches!(
-                    reason,
-                    CorruptionReason::HeaderChecksum | CorruptionReason::FileTooSmall { .. }
-                );
-                let torn_roll = is_last
-                    && torn_write
-                    && opts.recovery_mode == RecoveryMode::TolerateTornTail
-                    && (expected_first.is_some() || id == 1)
-                    // Records are appended only once the header is durable, so a torn roll
-                    // holds nothing after it; anything there (even bytes that no longer check
-                    // out under the damaged header's salt) means the header was damaged later.
-                    && rest_is_zero(&file, &mut window, SEGMENT_HEADER_BYTES as u64)?;
-                if !torn_roll {
-                    return Err(corrupted(id, 0, reason));
-                }
-                drop(file);
-                storage.remove(&name)?;
-                storage.sync_dir()?;
-                tracing::warn!(segment = id, %reason, "WAL torn roll: removed a segment whose header never became durable");
-                report.removed_files.push(name);
-                break;
-            }
+            Err(reason) => return Err(corrupted(id, 0, reason)),
         };
         let mut scan = scan_segment(&file, &header, &mut window, &mut report, opts)?;
         if let Some((offset, reason)) = scan.damage {
@@ -327,7 +334,7 @@ pub(crate) fn recover<S: Storage>(
         // no cut, with only zeros after its blocks, whose bytes that nothing vouches for are
         // found on the medium itself, byte for byte as the cache shows them, after a sync of
         // that range (see `on_medium`), is durable as it is and is kept, unwritten.
-        let mut copy = repaired || (is_last && !scan.closed);
+        let mut copy = repaired || (appended_to && !scan.closed);
         if copy && !repaired && scan.damage.is_none() && scan.zeros_after {
             let from = unvouched_from(&scan, header.first_lsn);
             if on_medium(&file, from, scan.end, id)? {
@@ -346,7 +353,7 @@ pub(crate) fn recover<S: Storage>(
             // The next segment's file, made ahead and all zero, is the copy's destination
             // when it fits: its pages are allocated, written back and (after a process crash)
             // still cached, so the copy costs little more than its bytes.
-            let spare = if is_last {
+            let spare = if appended_to {
                 next_file.take_if(|(next, f)| *next == id + 1 && f.len_bytes() == file.len_bytes())
             } else {
                 None
@@ -373,6 +380,13 @@ pub(crate) fn recover<S: Storage>(
         });
     }
 
+    if let Some((name, reason)) = torn_roll {
+        storage.remove(&name)?;
+        storage.sync_dir()?;
+        tracing::warn!(segment = ?parse_segment_file_name(&name), %reason,
+            "WAL torn roll: removed a segment whose header never became durable");
+        report.removed_files.push(name);
+    }
     if segments.is_empty() {
         // A fresh directory, or a first segment whose creation never became durable.
         segments.push(install_segment(storage, 1, 1, opts.segment_bytes)?);

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use timewheel_wal::storage::{Storage, StorageFile};
 use timewheel_wal::testing::{CrashOptions, FaultDisk, SyncFailure};
 use timewheel_wal::{Durability, Error, Wal, WalOptions};
 
@@ -224,4 +225,42 @@ fn a_header_whose_sync_failed_is_made_durable_by_the_next_open() {
     assert_eq!(report.last_lsn, lsn);
     let bodies: Vec<Vec<u8>> = wal.iter_from(1).map(|r| r.unwrap().body).collect();
     assert_eq!(bodies, [b"one".to_vec(), b"two".to_vec()]);
+}
+
+/// Fuzz finding (wal_open, with the power cut after recovery): a failed sync leaves a record in
+/// the cache only, and a file that looks like a torn roll follows the segment. Recovery
+/// removed that file but had treated the segment before it as sealed, so it neither copied it
+/// nor checked it on the medium; the appends after the open then vouched for a record the
+/// next power cut took away (`Corrupted`: segment 2 starts at LSN 2, expected 1).
+#[test]
+fn the_segment_before_a_torn_roll_is_made_durable_like_a_last_one() {
+    let disk = FaultDisk::new(7);
+    let opts = || WalOptions {
+        segment_bytes: 8192,
+        record_bytes_max: 1000,
+        ..WalOptions::default()
+    };
+    let (wal, _) = Wal::open(disk.storage(), opts()).unwrap();
+    let lsn = wal.append_nowait(1, &[1; 50]).unwrap();
+    disk.set_sync_failure(SyncFailure::Next);
+    assert!(wal.wait_durable(lsn).is_err());
+    wal.abandon();
+    drop(wal);
+    // A header that fails its crc with only zeros after it: what a torn roll leaves.
+    let file = disk.storage().create("0000000000000002.wal", 8192).unwrap();
+    file.write_at(0, &[0xFF, 0]).unwrap();
+    file.sync_range(0, 4096).unwrap();
+    drop(file);
+    disk.storage().sync_dir().unwrap();
+
+    let (wal, report) = Wal::open(disk.storage(), opts()).unwrap();
+    assert_eq!(report.removed_files, ["0000000000000002.wal"]);
+    assert_eq!(report.segments_copied, 1, "{report:?}");
+    assert_eq!(report.last_lsn, 1);
+    wal.append(1, &[2; 900]).unwrap();
+    wal.append(1, &[3; 900]).unwrap();
+    drop(wal);
+    let crashed = disk.crash(&CrashOptions::default());
+    let (wal, _) = Wal::open(crashed.storage(), opts()).unwrap();
+    assert_eq!(wal.iter_from(1).count(), 3);
 }
