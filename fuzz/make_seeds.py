@@ -113,10 +113,14 @@ def job_record_decode():
 # ---- wal_open ------------------------------------------------------------------------------
 ONE, BATCH, NOWAIT, SYNC = range(4)
 FLIP, WRITE, ZERO, ZERO_TAIL, COPY, COPY_ACROSS, REMOVE, RENAME, CREATE = range(9)
-SEGMENT, SPARE, OTHER = range(3)
+SEGMENT, SPARE, COPY_FILE, OTHER = range(4)
+CLOSE, ABANDON, POWER_CUT = range(3)
+SEGMENT_BYTES, TWO_PAGE_SEGMENT_BYTES = 8192, 16384
 
 
-def wal_input(seed, appends, crash=None, edits=(), two_pages=False, absolute=False):
+def wal_input(seed, appends, end=(CLOSE,), edits=(), two_pages=False, absolute=False):
+    """end: (CLOSE,), (ABANDON, failed_sync, len) or (POWER_CUT, keep_unsynced, torn_pages,
+    bit_flips_unsynced, bit_flips_synced, misdirected_writes, undo_dir_ops, garbled_sectors)."""
     a = A().u64(seed).bool(two_pages).bool(absolute)
 
     def put_append(x):
@@ -133,14 +137,19 @@ def wal_input(seed, appends, crash=None, edits=(), two_pages=False, absolute=Fal
             a.u8(length).u8(fill)
 
     a.vec(appends, put_append)
-    a.bool(crash is not None)
-    if crash is not None:
-        keep, torn, flips_unsynced, flips_synced, misdirected, undo = crash
+    kind, *f = end
+    a.enum(kind, 3)
+    if kind == ABANDON:
+        failed_sync, length = f
+        a.bool(failed_sync).u8(length)
+    elif kind == POWER_CUT:
+        keep, torn, flips_unsynced, flips_synced, misdirected, undo, garbled = f
         a.u8(keep).bool(torn).u8(flips_unsynced).u8(flips_synced).u8(misdirected).bool(undo)
+        a.u8(garbled)
 
     def put_name(n):
         kind, *f = n
-        a.enum(kind, 3)
+        a.enum(kind, 4)
         if kind != OTHER:
             a.u8(f[0])
 
@@ -173,17 +182,53 @@ def wal_input(seed, appends, crash=None, edits=(), two_pages=False, absolute=Fal
 
 
 def wal_open():
-    # Enough records to roll a 4 KiB segment several times.
+    """Seeds for format 2: commit blocks from offset 4096 (one per 4 KiB page; an 8 KiB segment
+    holds one), a mirror at the next 512 boundary after each group, a close marker after a
+    clean close, the next segment's file made ahead all zero and header-less, recovery's
+    `.wal.copy`. File index 0 is segment 1 (names are listed in order)."""
+    # Enough records to roll an 8 KiB segment (one block each) many times.
     many = [(ONE, 1 + i % 5, i % 7 == 0, 40 + 13 * i, i) for i in range(20)] + [(BATCH, 7, 60, 3), (SYNC,)]
+    small = [(ONE, 1, False, 40, i) for i in range(6)]  # 64-byte frames: mirror at 4096 + 512
     write("wal_open", "clean-close-rolls", wal_input(1, many))
-    write("wal_open", "power-cut-torn", wal_input(2, many[:10] + [(NOWAIT, 200, 9)] * 6, crash=(128, True, 1, 0, 0, True)))
-    write("wal_open", "media-faults", wal_input(3, many, crash=(255, False, 0, 2, 1, False), two_pages=True))
-    write("wal_open", "edits-tail", wal_input(4, many[:8], edits=[(FLIP, 0, 200, 3), (ZERO, 0, 300, 40), (ZERO_TAIL, 0, 500)]))
-    write("wal_open", "edits-files", wal_input(5, many, edits=[
-        (CREATE, (SPARE, 9), 4096, b""), (CREATE, (SEGMENT, 0), 100, b"TWWALSEG"),
-        (RENAME, 1, (SEGMENT, 5)), (COPY, 0, 8, 40, 6), (COPY_ACROSS, 0, 1, 12, 4)]))
-    write("wal_open", "absolute-write", wal_input(6, many[:12], crash=(200, True, 0, 0, 0, True),
-                                                 edits=[(WRITE, 0, 64, b"\x18\x00\x00\x00"), (REMOVE, 2)], absolute=True))
+    write("wal_open", "power-cut-torn", wal_input(
+        2, many[:10] + [(NOWAIT, 200, 9)] * 6, end=(POWER_CUT, 128, True, 1, 0, 0, True, 1)))
+    write("wal_open", "media-faults", wal_input(
+        3, many, end=(POWER_CUT, 255, False, 0, 2, 1, False, 0), two_pages=True))
+    # A process crash: the cache holds everything, the medium too (found durable, not copied).
+    write("wal_open", "process-crash", wal_input(7, many + [(NOWAIT, 90, 4)] * 3, end=(ABANDON, False, 0)))
+    # A process crash right after a failed sync: in the cache, not on the medium: copied.
+    write("wal_open", "failed-sync-crash", wal_input(8, small, end=(ABANDON, True, 120), two_pages=True))
+    # small in two-page segments: 3 blocks per 16 KiB segment, so segments 1 and 2 (+ the
+    # prepared file of segment 3 made at the roll, when the fault storage makes it).
+    # A record of segment 1's first block damaged, its mirror intact: repaired.
+    write("wal_open", "edits-group", wal_input(4, small, two_pages=True, edits=[(FLIP, 0, 4096 + 30, 3)]))
+    # The mirror of an intact group damaged, the next block confirms it: ignored.
+    write("wal_open", "edits-mirror", wal_input(12, small, two_pages=True, edits=[(FLIP, 0, 4096 + 512 + 40, 5)]))
+    write("wal_open", "edits-mirror-sector", wal_input(9, small, two_pages=True, end=(ABANDON, False, 0),
+                                                      edits=[(ZERO, 1, 4096 + 512, 512)]))
+    # Segment 2's last block cut to zeros after a process crash: a torn tail of the last
+    # segment (nothing vouches for it).
+    write("wal_open", "edits-tail", wal_input(13, small, two_pages=True, end=(ABANDON, False, 0),
+                                             edits=[(ZERO_TAIL, 1, 3 * 4096)]))
+    # A clean close's marker damaged (after 2 blocks of a two-page segment it is at 12288).
+    write("wal_open", "edits-close-marker", wal_input(10, small[:2], two_pages=True, edits=[
+        (FLIP, 0, 3 * 4096 + 12, 1)]))
+    # Extra files around a two-segment log: a header-less prepared segment 3 (all zero,
+    # segment length), a leftover copy, a spare of format 2's first release, a stray file.
+    files = [(CREATE, (SEGMENT, 3), TWO_PAGE_SEGMENT_BYTES, b""), (CREATE, (COPY_FILE, 2), 4096, b"TWWALSEG"),
+             (CREATE, (SPARE, 3), 4096, b""), (CREATE, (OTHER,), 100, b"manifest")]
+    write("wal_open", "edits-files", wal_input(5, small, two_pages=True, edits=files))
+    write("wal_open", "prepared-next-crash", wal_input(11, small, two_pages=True, end=(ABANDON, False, 0),
+                                                      edits=files[:1]))
+    write("wal_open", "prepared-wrong-length", wal_input(14, small, two_pages=True, end=(ABANDON, False, 0),
+                                                        edits=[(CREATE, (SEGMENT, 3), 8192, b"")]))
+    # A stray segment 0, a rename out of order, stale and misplaced records: refused or cut.
+    write("wal_open", "edits-stray", wal_input(15, many, edits=[
+        (CREATE, (SEGMENT, 0), 100, b"TWWALSEG"), (RENAME, 1, (SEGMENT, 5)),
+        (COPY, 0, 512, 576, 6), (COPY_ACROSS, 0, 1, 512 + 4, 4)]))
+    write("wal_open", "absolute-write", wal_input(6, many[:12], end=(POWER_CUT, 200, True, 0, 0, 0, True, 0),
+                                                 edits=[(WRITE, 0, 4096 + 8, b"\x18\x00\x00\x00"), (REMOVE, 2)],
+                                                 absolute=True))
 
 
 # ---- engine_ops ----------------------------------------------------------------------------
