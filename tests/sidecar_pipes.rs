@@ -419,8 +419,9 @@ fn send_burst(s: &mut Sidecar, first_req: u64, requests: &[Value]) {
 #[test]
 fn pipelined_completes_and_cancels_are_answered_in_order_and_durable() {
     // Hundreds of completes and cancels written at once (the sidecar serves each run of them
-    // with one batch and one sync), with duplicates, unknown ids, a stale attempt, a fail and
-    // a reschedule among them: every reply comes in order with what it would have said alone.
+    // with one batch and one sync), with duplicates, unknown ids, a stale attempt, runs of
+    // fails and reschedules among them: every reply comes in order with what it would have
+    // said alone.
     // Then SIGKILL, no flush: after a restart nothing acknowledged comes back.
     let dir = TempDir::new("pipelined");
     let mut s = Sidecar::start(&dir.0, &[]);
@@ -480,15 +481,29 @@ fn pipelined_completes_and_cancels_are_answered_in_order_and_durable() {
         json!({"op": "cancel", "id": "987654321"}),
         json!({"cancelled": false}),
     ));
+    // A run of fails (one batch), with a second fail of one job and an unknown id.
+    for id in &now[200..230] {
+        plan.push((
+            json!({"op": "fail", "id": id, "error": "boom"}),
+            done.clone(),
+        ));
+    }
     plan.push((
-        json!({"op": "fail", "id": now[200], "error": "boom"}),
-        done.clone(),
+        json!({"op": "fail", "id": now[200], "error": "again"}),
+        not_found.clone(),
     ));
     plan.push((
-        json!({"op": "reschedule", "id": later[1], "due_ms": now_ms()}),
-        json!({"rescheduled": false}),
+        json!({"op": "fail", "id": "987654321", "error": "x"}),
+        not_found.clone(),
     ));
-    for id in &now[201..] {
+    // A run of reschedules (one batch): cancelled, running and unknown jobs do not move.
+    for id in [&later[1], &later[2], &now[240], &"987654321".to_owned()] {
+        plan.push((
+            json!({"op": "reschedule", "id": id, "due_ms": now_ms()}),
+            json!({"rescheduled": false}),
+        ));
+    }
+    for id in &now[230..] {
         plan.push((
             json!({"op": "complete", "id": id, "attempt": 1}),
             done.clone(),
@@ -514,7 +529,7 @@ fn pipelined_completes_and_cancels_are_answered_in_order_and_durable() {
     let st = s.stats();
     assert_eq!(
         [&st["completed"], &st["failed"], &st["cancelled"]],
-        [n_now as u64 - 1, 1, n_later as u64],
+        [n_now as u64 - 30, 30, n_later as u64],
         "{st}"
     );
     assert_eq!(

@@ -163,3 +163,50 @@ fn drain_ends_the_ready_stream_and_lets_running_work_finish() {
     assert_eq!(s.scheduled + s.ready, (ids.len() - 1 - looped) as u64 + 1);
     assert!(engine.get(later).is_some());
 }
+
+#[test]
+fn reschedule_and_fail_batches_answer_per_item_and_refuse_bad_input_whole() {
+    let disk = FaultDisk::new(73);
+    let clock = ManualClock::new(T0);
+    let engine = open_sim(&disk, &clock);
+    let ids = engine
+        .schedule_batch([JobSpec::at(T0), JobSpec::at(T0), JobSpec::at(T0 + 9_000)])
+        .expect("scheduled");
+    assert!(
+        engine
+            .reschedule_batch(&[(ids[2], T0), (ids[2], u64::MAX)])
+            .is_err(),
+        "a due out of range refuses the whole batch"
+    );
+    assert_eq!(
+        engine.get(ids[2]).expect("live").due_ms,
+        T0 + 9_000,
+        "nothing written"
+    );
+    let mut fired = fire(&engine);
+    fired.sort();
+    assert_eq!(fired, ids[..2]);
+    let held = engine.claim_batch(&ids[..2]).expect("claim");
+    let (a, b) = (held[0].clone().expect("a"), held[1].clone().expect("b"));
+    let out = engine
+        .reschedule_batch(&[
+            (ids[0], T0 + 5),
+            (ids[2], T0 + 1),
+            (timewheel::JobId(999), T0),
+        ])
+        .expect("reschedule_batch");
+    assert_eq!(out, [Outcome::Running, Outcome::Done, Outcome::NotFound]);
+    let too_long = "x".repeat(config().fail_reason_bytes_max + 1);
+    assert!(engine.fail_batch(&[(a.clone(), too_long)]).is_err());
+    let done = engine
+        .fail_batch(&[
+            (a.clone(), "boom".into()),
+            (b, "bust".into()),
+            (a, "again".into()),
+        ])
+        .expect("fail_batch");
+    assert_eq!(done, [true, true, false]);
+    assert_eq!(engine.stats().failed, 2);
+    clock.set(T0 + 1);
+    assert_eq!(fire(&engine), vec![ids[2]], "moved earlier by the batch");
+}

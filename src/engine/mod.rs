@@ -302,7 +302,9 @@ impl Engine {
     /// Cancels many jobs with one log append and one durability wait; for each id, what
     /// [`Engine::cancel`] would return (an id named twice is `NotFound` the second time).
     pub fn cancel_batch(&self, ids: &[JobId]) -> Result<Vec<Outcome>> {
-        self.shared.change_batch(ids, |id| Event::Cancel { id })
+        let items: Vec<(JobId, ())> = ids.iter().map(|&id| (id, ())).collect();
+        self.shared
+            .change_batch(&items, |id, ()| Event::Cancel { id })
     }
 
     /// Moves a job that has not started to a new due time. Durable when it returns
@@ -312,7 +314,10 @@ impl Engine {
         sh.check_open()?;
         sh.validate_due(due_ms, sh.clock.now_ms())?;
         let wake = due_ms;
-        let out = sh.change_batch(&[id], |id| Event::Reschedule { id, due_ms })?;
+        let out = sh.change_batch(&[(id, due_ms)], |id, due_ms| Event::Reschedule {
+            id,
+            due_ms,
+        })?;
         if out[0] == Outcome::Done {
             let state = sh.lock_state();
             if wake < state.sleeping_until_ms {
@@ -320,6 +325,32 @@ impl Engine {
             }
         }
         Ok(out[0])
+    }
+
+    /// Moves many jobs with one log append and one durability wait; for each, what
+    /// [`Engine::reschedule`] would return. Every due time is checked first: one out of range
+    /// refuses the whole batch and writes nothing.
+    pub fn reschedule_batch(&self, moves: &[(JobId, u64)]) -> Result<Vec<Outcome>> {
+        let sh = &*self.shared;
+        sh.check_open()?;
+        let now_ms = sh.clock.now_ms();
+        for &(_, due_ms) in moves {
+            sh.validate_due(due_ms, now_ms)?;
+        }
+        let out = sh.change_batch(moves, |id, due_ms| Event::Reschedule { id, due_ms })?;
+        if let Some(earliest) = moves
+            .iter()
+            .zip(&out)
+            .filter(|(_, o)| o.is_done())
+            .map(|((_, due), _)| *due)
+            .min()
+        {
+            let state = sh.lock_state();
+            if earliest < state.sleeping_until_ms {
+                sh.wake.notify_all();
+            }
+        }
+        Ok(out)
     }
 
     /// A snapshot of a live job, with its payload; `None` for unknown or finished jobs, and
@@ -567,20 +598,20 @@ impl Shared {
     }
 
     /// Cancel or reschedule many jobs: check, append, apply under the state lock, then wait.
-    fn change_batch(
+    fn change_batch<T: Copy>(
         &self,
-        ids: &[JobId],
-        event: impl Fn(JobId) -> Event<'static>,
+        items: &[(JobId, T)],
+        event: impl Fn(JobId, T) -> Event<'static>,
     ) -> Result<Vec<Outcome>> {
         self.check_open()?;
-        let mut seen = table::IdSet::with_capacity_and_hasher(ids.len(), Default::default());
-        let mut out = Vec::with_capacity(ids.len());
+        let mut seen = table::IdSet::with_capacity_and_hasher(items.len(), Default::default());
+        let mut out = Vec::with_capacity(items.len());
         let mut last_lsn = None;
-        for chunk in ids.chunks(worker::LOCK_HOLD_ITEMS_MAX) {
+        for chunk in items.chunks(worker::LOCK_HOLD_ITEMS_MAX) {
             let mut plan = worker::Plan::default();
             let mut marked = Vec::with_capacity(chunk.len());
-            let state = self.settle(self.lock_state(), chunk.iter().copied());
-            for &id in chunk {
+            let state = self.settle(self.lock_state(), chunk.iter().map(|&(id, _)| id));
+            for &(id, value) in chunk {
                 let outcome = match state.can_change(id) {
                     _ if !seen.insert(id) => Outcome::NotFound,
                     Some(job) => {
@@ -590,7 +621,7 @@ impl Shared {
                                 attempt: job.attempt,
                             });
                         }
-                        plan.push(&event(id));
+                        plan.push(&event(id, value));
                         marked.push(id);
                         Outcome::Done
                     }

@@ -203,6 +203,37 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// Records that many claimed jobs failed, with one log append and one durability wait;
+    /// for each, what [`Engine::fail`] would return. A reason over the limit refuses the whole
+    /// batch and writes nothing.
+    pub fn fail_batch(&self, failed: &[(Claimed, String)]) -> Result<Vec<bool>> {
+        let sh = &*self.shared;
+        for (_, reason) in failed {
+            if reason.len() > sh.config.fail_reason_bytes_max {
+                return Err(Error::invalid(
+                    "reason",
+                    format!(
+                        "{} bytes; at most {}",
+                        reason.len(),
+                        sh.config.fail_reason_bytes_max
+                    ),
+                ));
+            }
+        }
+        let claimed: Vec<Claimed> = failed.iter().map(|(c, _)| c.clone()).collect();
+        let reasons: std::collections::HashMap<(JobId, u32), &str> = failed
+            .iter()
+            .map(|(c, r)| ((c.id, c.attempt), r.as_str()))
+            .collect();
+        sh.finish_batch(&claimed, |c| Event::Fail {
+            id: c.id,
+            attempt: c.attempt,
+            reason: reasons[&(c.id, c.attempt)],
+        })
+    }
+}
+
 impl Shared {
     fn finish_batch<'r>(
         &self,

@@ -4,8 +4,8 @@
 //! - the *reader* reads request lines ahead into a small bounded queue of chunks, each chunk
 //!   being the whole lines that had already arrived together;
 //! - the *server* (the caller's thread) answers the requests of each chunk in order, handing
-//!   each run of consecutive schedules, completes or cancels to the engine as one batch call
-//!   with one durability wait (fails and reschedules go one at a time);
+//!   each run of consecutive schedules, completes, cancels, reschedules or fails to the engine
+//!   as one batch call with one durability wait;
 //! - the *deliverer* takes the fired ids queued so far from `Engine::ready`, claims them with
 //!   one durable `claim_batch` and prints their events in one write;
 //! - with `--auto-complete`, the *completer* completes what the deliverer printed, with one
@@ -304,6 +304,22 @@ impl<W: Write + Send> Server<'_, W> {
                         })
                         .collect(),
                 )?,
+                RunKind::Reschedule => self.reschedule_run(
+                    run.into_iter()
+                        .map(|(req, r)| match r {
+                            Ok(Request::Reschedule(id, due_ms)) => (req, id, due_ms),
+                            _ => unreachable!("a run of reschedules"),
+                        })
+                        .collect(),
+                )?,
+                RunKind::Fail => self.fail_run(
+                    run.into_iter()
+                        .map(|(req, r)| match r {
+                            Ok(Request::Fail(id, reason, attempt)) => (req, id, reason, attempt),
+                            _ => unreachable!("a run of fails"),
+                        })
+                        .collect(),
+                )?,
                 RunKind::Cancel => self.cancel_run(
                     run.into_iter()
                         .map(|(req, r)| match r {
@@ -379,6 +395,90 @@ impl<W: Write + Send> Server<'_, W> {
                     }
                 }
                 // Kept: the client may try again.
+                (Some(_), Err(e)) => Reply::engine_error(e),
+            };
+            lines.extend_from_slice(&render_reply(req, &reply));
+        }
+        self.write(&lines)
+    }
+
+    /// Reschedules a run of consecutive `reschedule` requests with one `reschedule_batch` (one
+    /// durability wait), then answers each in order. A due time out of range refuses the whole
+    /// batch and writes nothing; then each is tried alone, so only the bad one is refused.
+    fn reschedule_run(&self, run: Vec<(Value, JobId, u64)>) -> io::Result<()> {
+        let moves: Vec<(JobId, u64)> = run.iter().map(|&(_, id, due)| (id, due)).collect();
+        let result = match self.engine.reschedule_batch(&moves) {
+            Err(Error::InvalidInput { .. }) if moves.len() > 1 => None,
+            other => Some(other),
+        };
+        let mut lines = Vec::with_capacity(run.len() * 48);
+        for (i, (req, id, due_ms)) in run.iter().enumerate() {
+            let reply = match &result {
+                Some(Ok(outcomes)) => Reply::Rescheduled(outcomes[i].is_done()),
+                Some(Err(e)) => Reply::engine_error(e),
+                None => match self.engine.reschedule(*id, *due_ms) {
+                    Ok(o) => Reply::Rescheduled(o.is_done()),
+                    Err(e) => Reply::engine_error(&e),
+                },
+            };
+            lines.extend_from_slice(&render_reply(req, &reply));
+        }
+        self.write(&lines)
+    }
+
+    /// Fails a run of consecutive `fail` requests with one `fail_batch` (one durability wait),
+    /// answering each as it would have been answered alone. A reason over the limit refuses the
+    /// whole batch; then each is tried alone.
+    fn fail_run(&self, run: Vec<(Value, JobId, String, Option<u32>)>) -> io::Result<()> {
+        if run.len() == 1 {
+            let (req, id, reason, attempt) = &run[0];
+            return self.write(&render_reply(req, &self.fail(*id, *attempt, reason)));
+        }
+        let held: Vec<Option<Claimed>> = {
+            let claims = lock(&self.claims);
+            run.iter()
+                .map(|(_, id, _, attempt)| {
+                    claims
+                        .get(id)
+                        .filter(|c| attempt.is_none_or(|a| a == c.attempt))
+                        .cloned()
+                })
+                .collect()
+        };
+        let batch: Vec<(Claimed, String)> = run
+            .iter()
+            .zip(&held)
+            .filter_map(|((_, _, reason, _), h)| h.clone().map(|c| (c, reason.clone())))
+            .collect();
+        let result = self.engine.fail_batch(&batch);
+        if let Err(Error::InvalidInput { .. }) = result {
+            let mut lines = Vec::new();
+            for (req, id, reason, attempt) in &run {
+                lines.extend_from_slice(&render_reply(req, &self.fail(*id, *attempt, reason)));
+            }
+            return self.write(&lines);
+        }
+        if result.is_ok() {
+            // Forget the claims, unless a redelivery replaced one meanwhile.
+            let mut claims = lock(&self.claims);
+            for (c, _) in &batch {
+                if claims.get(&c.id).is_some_and(|h| h.attempt == c.attempt) {
+                    claims.remove(&c.id);
+                }
+            }
+        }
+        let mut done = result.as_ref().map(|d| d.iter());
+        let mut lines = Vec::with_capacity(run.len() * 32);
+        for ((req, id, _, _), held) in run.iter().zip(&held) {
+            let reply = match (held, &mut done) {
+                (None, _) => Reply::not_found(*id),
+                (Some(_), Ok(done)) => {
+                    if *done.next().expect("one answer per claim") {
+                        Reply::Done
+                    } else {
+                        Reply::not_found(*id)
+                    }
+                }
                 (Some(_), Err(e)) => Reply::engine_error(e),
             };
             lines.extend_from_slice(&render_reply(req, &reply));
@@ -596,8 +696,9 @@ enum RunKind {
     Schedule,
     Complete,
     Cancel,
-    /// Fail, reschedule, stats, shutdown and bad requests: one at a time (the engine has no
-    /// batch form of fail or reschedule).
+    Reschedule,
+    Fail,
+    /// Stats, shutdown and bad requests: one at a time.
     Single,
 }
 
@@ -607,6 +708,8 @@ impl RunKind {
             Ok(Request::Schedule(_)) => RunKind::Schedule,
             Ok(Request::Complete(..)) => RunKind::Complete,
             Ok(Request::Cancel(_)) => RunKind::Cancel,
+            Ok(Request::Reschedule(..)) => RunKind::Reschedule,
+            Ok(Request::Fail(..)) => RunKind::Fail,
             _ => RunKind::Single,
         }
     }
