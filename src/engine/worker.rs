@@ -183,16 +183,7 @@ impl Engine {
     /// [`Engine::complete`]. (Retries with backoff and dead letters come later.)
     pub fn fail(&self, claimed: &Claimed, reason: &str) -> Result<bool> {
         let sh = &*self.shared;
-        if reason.len() > sh.config.fail_reason_bytes_max {
-            return Err(Error::invalid(
-                "reason",
-                format!(
-                    "{} bytes; at most {}",
-                    reason.len(),
-                    sh.config.fail_reason_bytes_max
-                ),
-            ));
-        }
+        sh.check_reason(reason)?;
         Ok(
             sh.finish_batch(std::slice::from_ref(claimed), |c| Event::Fail {
                 id: c.id,
@@ -210,16 +201,7 @@ impl Engine {
     pub fn fail_batch(&self, failed: &[(Claimed, String)]) -> Result<Vec<bool>> {
         let sh = &*self.shared;
         for (_, reason) in failed {
-            if reason.len() > sh.config.fail_reason_bytes_max {
-                return Err(Error::invalid(
-                    "reason",
-                    format!(
-                        "{} bytes; at most {}",
-                        reason.len(),
-                        sh.config.fail_reason_bytes_max
-                    ),
-                ));
-            }
+            sh.check_reason(reason)?;
         }
         let claimed: Vec<Claimed> = failed.iter().map(|(c, _)| c.clone()).collect();
         let reasons: std::collections::HashMap<(JobId, u32), &str> = failed
@@ -235,6 +217,18 @@ impl Engine {
 }
 
 impl Shared {
+    /// A failure reason within `Config::fail_reason_bytes_max`.
+    fn check_reason(&self, reason: &str) -> Result<()> {
+        let max = self.config.fail_reason_bytes_max;
+        if reason.len() > max {
+            return Err(Error::invalid(
+                "reason",
+                format!("{} bytes; at most {max}", reason.len()),
+            ));
+        }
+        Ok(())
+    }
+
     fn finish_batch<'r>(
         &self,
         claimed: &[Claimed],

@@ -350,17 +350,7 @@ impl<W: Write + Send> Server<'_, W> {
         // The claim each request finishes, looked up as `fail` does. A job named twice gets
         // the same claim twice; the engine finishes it once and answers false the second
         // time, so the second request is not_found, as it would be one by one.
-        let held: Vec<Option<Claimed>> = {
-            let claims = lock(&self.claims);
-            run.iter()
-                .map(|(_, id, attempt)| {
-                    claims
-                        .get(id)
-                        .filter(|c| attempt.is_none_or(|a| a == c.attempt))
-                        .cloned()
-                })
-                .collect()
-        };
+        let held = self.held_claims(run.iter().map(|(_, id, attempt)| (*id, *attempt)));
         let batch: Vec<Claimed> = held.iter().flatten().cloned().collect();
         let result = if batch.is_empty() {
             Ok(Vec::new())
@@ -372,34 +362,36 @@ impl<W: Write + Send> Server<'_, W> {
             self.engine.complete_batch(&batch)
         };
         if result.is_ok() {
-            // Forget the claims, unless a redelivery replaced one meanwhile.
-            let mut claims = lock(&self.claims);
-            for c in &batch {
-                if claims.get(&c.id).is_some_and(|h| h.attempt == c.attempt) {
-                    claims.remove(&c.id);
-                }
+            self.forget_claims(&batch);
+        }
+        let keys = run.iter().map(|(req, id, _)| (req, *id));
+        self.write(&finish_replies(keys, &held, &result))
+    }
+
+    /// The claims this sidecar holds for `(id, attempt)` requests: the newest delivery, or
+    /// exactly the attempt a request names.
+    fn held_claims(
+        &self,
+        keys: impl Iterator<Item = (JobId, Option<u32>)>,
+    ) -> Vec<Option<Claimed>> {
+        let claims = lock(&self.claims);
+        keys.map(|(id, attempt)| {
+            claims
+                .get(&id)
+                .filter(|c| attempt.is_none_or(|a| a == c.attempt))
+                .cloned()
+        })
+        .collect()
+    }
+
+    /// Forgets finished claims, unless a redelivery replaced one meanwhile.
+    fn forget_claims(&self, finished: &[Claimed]) {
+        let mut claims = lock(&self.claims);
+        for c in finished {
+            if claims.get(&c.id).is_some_and(|h| h.attempt == c.attempt) {
+                claims.remove(&c.id);
             }
         }
-        let mut done = result.as_ref().map(|d| d.iter());
-        let mut lines = Vec::with_capacity(run.len() * 32);
-        for ((req, id, _), held) in run.iter().zip(&held) {
-            let reply = match (held, &mut done) {
-                (None, _) => Reply::not_found(*id),
-                (Some(_), Ok(done)) => {
-                    if *done.next().expect("one answer per claim") {
-                        Reply::Done
-                    } else {
-                        // The lease ran out and the job was delivered again (or is about
-                        // to be), or the run named it twice.
-                        Reply::not_found(*id)
-                    }
-                }
-                // Kept: the client may try again.
-                (Some(_), Err(e)) => Reply::engine_error(e),
-            };
-            lines.extend_from_slice(&render_reply(req, &reply));
-        }
-        self.write(&lines)
     }
 
     /// Reschedules a run of consecutive `reschedule` requests with one `reschedule_batch` (one
@@ -434,17 +426,7 @@ impl<W: Write + Send> Server<'_, W> {
             let (req, id, reason, attempt) = &run[0];
             return self.write(&render_reply(req, &self.fail(*id, *attempt, reason)));
         }
-        let held: Vec<Option<Claimed>> = {
-            let claims = lock(&self.claims);
-            run.iter()
-                .map(|(_, id, _, attempt)| {
-                    claims
-                        .get(id)
-                        .filter(|c| attempt.is_none_or(|a| a == c.attempt))
-                        .cloned()
-                })
-                .collect()
-        };
+        let held = self.held_claims(run.iter().map(|(_, id, _, attempt)| (*id, *attempt)));
         let batch: Vec<(Claimed, String)> = run
             .iter()
             .zip(&held)
@@ -459,31 +441,11 @@ impl<W: Write + Send> Server<'_, W> {
             return self.write(&lines);
         }
         if result.is_ok() {
-            // Forget the claims, unless a redelivery replaced one meanwhile.
-            let mut claims = lock(&self.claims);
-            for (c, _) in &batch {
-                if claims.get(&c.id).is_some_and(|h| h.attempt == c.attempt) {
-                    claims.remove(&c.id);
-                }
-            }
+            let finished: Vec<Claimed> = batch.into_iter().map(|(c, _)| c).collect();
+            self.forget_claims(&finished);
         }
-        let mut done = result.as_ref().map(|d| d.iter());
-        let mut lines = Vec::with_capacity(run.len() * 32);
-        for ((req, id, _, _), held) in run.iter().zip(&held) {
-            let reply = match (held, &mut done) {
-                (None, _) => Reply::not_found(*id),
-                (Some(_), Ok(done)) => {
-                    if *done.next().expect("one answer per claim") {
-                        Reply::Done
-                    } else {
-                        Reply::not_found(*id)
-                    }
-                }
-                (Some(_), Err(e)) => Reply::engine_error(e),
-            };
-            lines.extend_from_slice(&render_reply(req, &reply));
-        }
-        self.write(&lines)
+        let keys = run.iter().map(|(req, id, _, _)| (req, *id));
+        self.write(&finish_replies(keys, &held, &result))
     }
 
     /// Cancels a run of consecutive `cancel` requests with one `cancel_batch` (one durability
@@ -688,6 +650,34 @@ impl<W: Write + Send> Server<'_, W> {
             }
         }
     }
+}
+
+/// The replies to a run of completes or fails, in order: ok when the engine finished the job,
+/// `not_found` when this sidecar held no such claim or the engine no longer took it (its lease
+/// ran out and it was delivered again, or the run named it twice), the error for all when the
+/// batch failed (the client may try again).
+fn finish_replies<'a>(
+    keys: impl Iterator<Item = (&'a Value, JobId)>,
+    held: &[Option<Claimed>],
+    result: &Result<Vec<bool>>,
+) -> Vec<u8> {
+    let mut done = result.as_ref().map(|d| d.iter());
+    let mut lines = Vec::with_capacity(held.len() * 32);
+    for ((req, id), held) in keys.zip(held) {
+        let reply = match (held, &mut done) {
+            (None, _) => Reply::not_found(id),
+            (Some(_), Ok(done)) => {
+                if *done.next().expect("one answer per claim") {
+                    Reply::Done
+                } else {
+                    Reply::not_found(id)
+                }
+            }
+            (Some(_), Err(e)) => Reply::engine_error(e),
+        };
+        lines.extend_from_slice(&render_reply(req, &reply));
+    }
+    lines
 }
 
 /// How a request is served: batched with its neighbours of the same kind, or alone.
