@@ -71,6 +71,10 @@ const REGRESSION_SEEDS: &[(u64, &str)] = &[
         5008352,
         "SegmentMissing after power cuts only (campaign of 2026-12-01 on 98c2c9a)",
     ),
+    (
+        7029202,
+        "a file made ahead past a removed one taken for a missing segment",
+    ),
 ];
 
 fn env_u64(name: &str) -> Option<u64> {

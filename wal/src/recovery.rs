@@ -214,10 +214,6 @@ pub(crate) fn recover<S: Storage>(
         .filter_map(|n| parse_segment_file_name(n))
         .collect();
     ids.sort_unstable();
-    if let Some(w) = ids.windows(2).find(|w| w[1] != w[0] + 1) {
-        let id = w[0] + 1;
-        return Err(corrupted(id, 0, CorruptionReason::SegmentMissing { id }));
-    }
 
     let mut window = Window::new(SCAN_CHUNK_BYTES);
     window.parallel = storage.prepare_in_background();
@@ -243,12 +239,25 @@ pub(crate) fn recover<S: Storage>(
         }
         ids.pop();
     }
-    if ids.is_empty()
-        && let Some((id, file)) = next_file.take()
-    {
-        drop(file);
-        remove_never_started(storage, id, &mut report)?;
-        removed_next = true;
+    // The kept file must be the one right after the last segment. A file made ahead for a
+    // segment further on (a batch that needed several segments made them all first, then
+    // failed and removed the lower ones, and a crash kept only some of those removals) holds
+    // nothing either: it goes too, rather than be taken for a gap in the log.
+    if let Some((id, file)) = next_file.take() {
+        if ids.last().is_some_and(|&last| id == last + 1) {
+            next_file = Some((id, file));
+        } else {
+            drop(file);
+            remove_never_started(storage, id, &mut report)?;
+            removed_next = true;
+        }
+    }
+    // Gaps among the segments that hold something are damage (checked before anything
+    // removed above is synced away, so a refused open still modifies only never-started
+    // files).
+    if let Some(w) = ids.windows(2).find(|w| w[1] != w[0] + 1) {
+        let id = w[0] + 1;
+        return Err(corrupted(id, 0, CorruptionReason::SegmentMissing { id }));
     }
     if removed_next {
         storage.sync_dir()?;
