@@ -310,21 +310,7 @@ impl Engine {
     /// Moves a job that has not started to a new due time. Durable when it returns
     /// `Outcome::Done`.
     pub fn reschedule(&self, id: JobId, due_ms: u64) -> Result<Outcome> {
-        let sh = &*self.shared;
-        sh.check_open()?;
-        sh.validate_due(due_ms, sh.clock.now_ms())?;
-        let wake = due_ms;
-        let out = sh.change_batch(&[(id, due_ms)], |id, due_ms| Event::Reschedule {
-            id,
-            due_ms,
-        })?;
-        if out[0] == Outcome::Done {
-            let state = sh.lock_state();
-            if wake < state.sleeping_until_ms {
-                sh.wake.notify_all();
-            }
-        }
-        Ok(out[0])
+        Ok(self.reschedule_batch(&[(id, due_ms)])?[0])
     }
 
     /// Moves many jobs with one log append and one durability wait; for each, what
