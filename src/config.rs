@@ -51,6 +51,13 @@ pub struct Config {
     /// Run the timer thread. The simulation turns it off and calls `Engine::run_timers`
     /// itself, so that a seed alone decides what happens.
     pub timer_thread: bool,
+    /// Ask for the lowest real-time priority (`SCHED_FIFO` 1, Linux and other Unix) for the
+    /// timer thread, so that a due job is not kept waiting for a CPU behind busy scheduling and
+    /// worker threads. Granted only where the process may (`CAP_SYS_NICE`, or an
+    /// `RLIMIT_RTPRIO` of at least 1); otherwise the thread stays a normal one, and
+    /// [`Stats::timer_realtime`](crate::Stats::timer_realtime) says which it got. The thread
+    /// sleeps between deadlines and fires in bounded batches, so it cannot hold a CPU for long.
+    pub timer_realtime: bool,
 }
 
 impl Config {
@@ -69,6 +76,7 @@ impl Config {
             fires_per_advance_max: 4096,
             id_block: 1 << 16,
             timer_thread: true,
+            timer_realtime: true,
         }
     }
 
@@ -164,6 +172,12 @@ impl Config {
     /// Sets [`Config::timer_thread`](Config#structfield.timer_thread).
     pub fn timer_thread(mut self, timer_thread: bool) -> Self {
         self.timer_thread = timer_thread;
+        self
+    }
+
+    /// Sets [`Config::timer_realtime`](Config#structfield.timer_realtime).
+    pub fn timer_realtime(mut self, timer_realtime: bool) -> Self {
+        self.timer_realtime = timer_realtime;
         self
     }
 }

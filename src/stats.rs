@@ -80,6 +80,9 @@ pub struct Stats {
     pub claim_wait_us_p99: u64,
     /// See `claim_wait_us_p50`.
     pub claim_wait_us_max: u64,
+    /// The timer thread runs at the real-time priority it asks for
+    /// ([`Config::timer_realtime`](crate::Config#structfield.timer_realtime)).
+    pub timer_realtime: bool,
 }
 
 impl Stats {
@@ -116,6 +119,7 @@ impl Stats {
             claim_wait_us_p50: q(w, 0.5),
             claim_wait_us_p99: q(w, 0.99),
             claim_wait_us_max: q(w, 1.0),
+            timer_realtime: false,
         }
     }
 }

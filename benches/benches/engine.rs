@@ -1,6 +1,7 @@
 //! End-to-end engine benchmarks, with the peers measured in the same run.
 //!
-//! `cargo bench -p timewheel-benches --bench engine` (add `-- quick` for a smaller run).
+//! `cargo bench -p timewheel-benches --bench engine` (add `-- quick` for a smaller run; name
+//! workloads to run only those: `-- quick batch recovery`; `no-peers` skips SQLite and Redis).
 //!
 //! Figures: durable `schedule_batch` throughput; single durable `schedule` calls from 1, 8 and
 //! 64 threads; fire lateness with 1M pending and ~100k fires/s; recovery time for 10M jobs.
@@ -47,10 +48,24 @@ fn main() {
         if quick { "quick" } else { "full" },
         root.display()
     );
-    batch_schedule(&root, &sizes);
-    single_schedule(&root, &sizes);
-    lateness(&root, &sizes);
-    recovery(&root, &sizes);
+    let named: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| ["batch", "single", "lateness", "recovery"].contains(&a.as_str()))
+        .collect();
+    let wanted = |w: &str| named.is_empty() || named.iter().any(|a| a == w);
+    let peers = !std::env::args().any(|a| a == "no-peers");
+    if wanted("batch") {
+        batch_schedule(&root, &sizes, peers);
+    }
+    if wanted("single") {
+        single_schedule(&root, &sizes, peers);
+    }
+    if wanted("lateness") {
+        lateness(&root, &sizes);
+    }
+    if wanted("recovery") {
+        recovery(&root, &sizes);
+    }
     std::fs::remove_dir_all(&root).ok();
 }
 
@@ -71,7 +86,7 @@ fn now_ms() -> u64 {
     SystemClock.now_ms()
 }
 
-fn batch_schedule(root: &Path, s: &Sizes) {
+fn batch_schedule(root: &Path, s: &Sizes, peers: bool) {
     println!(
         "\n## Durable batch schedule ({} jobs, 16-byte payloads, Sync)",
         s.batch_jobs
@@ -110,6 +125,9 @@ fn batch_schedule(root: &Path, s: &Sizes) {
             .close()
             .expect("close");
     }
+    if !peers {
+        return;
+    }
     let n = (s.batch_jobs / 10).max(10_000);
     match peers::sqlite_batch(&fresh(root, "sqlite"), n, 1_000) {
         Ok(r) => {
@@ -123,7 +141,7 @@ fn batch_schedule(root: &Path, s: &Sizes) {
     }
 }
 
-fn single_schedule(root: &Path, s: &Sizes) {
+fn single_schedule(root: &Path, s: &Sizes, peers: bool) {
     println!(
         "\n## Single durable schedule calls ({:.0} s per row, Sync, group commit)",
         s.single_secs
@@ -160,6 +178,9 @@ fn single_schedule(root: &Path, s: &Sizes) {
             .expect("joined")
             .close()
             .expect("close");
+    }
+    if !peers {
+        return;
     }
     match peers::sqlite_single(&fresh(root, "sqlite1"), s.single_secs) {
         Ok(r) => println!("| SQLite, 1 row per transaction | 1 | {r:.0} |"),

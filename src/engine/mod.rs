@@ -63,6 +63,8 @@ pub(crate) struct Shared {
     ready_rx: Receiver<JobId>,
     stopping: AtomicBool,
     closed: AtomicBool,
+    /// The timer thread got the real-time priority it asked for (`Config::timer_realtime`).
+    timer_realtime: AtomicBool,
     recovery: RecoveryStats,
 }
 
@@ -138,6 +140,7 @@ impl Engine {
             ready_rx,
             stopping: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            timer_realtime: AtomicBool::new(false),
             recovery: replayed.recovery,
         });
         let weak = Arc::downgrade(&shared);
@@ -364,7 +367,9 @@ impl Engine {
             lateness_us: &state.lateness_us,
             claim_wait_us: &state.claim_wait_us,
         };
-        Stats::collect(&view, sh.ready_rx.len(), &sh.recovery)
+        let mut stats = Stats::collect(&view, sh.ready_rx.len(), &sh.recovery);
+        stats.timer_realtime = sh.timer_realtime.load(Ordering::Relaxed);
+        stats
     }
 
     /// What recovery found when this engine opened.
