@@ -9,16 +9,18 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use super::Shared;
+
+/// How long a real-time timer thread steps aside between batches of a burst.
+const BURST_PAUSE: Duration = Duration::from_micros(50);
 
 /// Runs until shutdown.
 pub(crate) fn run(shared: Arc<Shared>) {
     let max = shared.config.fires_per_advance_max;
-    if shared.config.timer_realtime {
-        let granted = raise_priority();
-        shared.timer_realtime.store(granted, Ordering::Relaxed);
-    }
+    let realtime = shared.config.timer_realtime && raise_priority();
+    shared.timer_realtime.store(realtime, Ordering::Relaxed);
     let mut state = shared.lock_state();
     loop {
         if shared.stopping.load(Ordering::Acquire) {
@@ -26,9 +28,16 @@ pub(crate) fn run(shared: Arc<Shared>) {
         }
         let run = shared.run_timers_locked(&mut state);
         if run.hit_bound(max) {
-            // A burst: let schedule and cancel calls in between batches.
+            // A burst: let schedule and cancel calls in between batches. A real-time thread's
+            // yield lets no normal thread run (it goes back to the head of its own queue), so
+            // on one CPU it would keep every worker off until the burst is out: it sleeps a
+            // moment instead.
             drop(state);
-            std::thread::yield_now();
+            if realtime {
+                std::thread::sleep(BURST_PAUSE);
+            } else {
+                std::thread::yield_now();
+            }
             state = shared.lock_state();
             continue;
         }
