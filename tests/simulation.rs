@@ -75,6 +75,10 @@ const REGRESSION_SEEDS: &[(u64, &str)] = &[
         7029202,
         "a file made ahead past a removed one taken for a missing segment",
     ),
+    (
+        2033034,
+        "a record body that looked like its group's mirror header ended the group in the iterator",
+    ),
 ];
 
 fn env_u64(name: &str) -> Option<u64> {

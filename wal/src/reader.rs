@@ -1,5 +1,6 @@
 //! Reading records back: an iterator from an LSN across segments.
 
+use std::io;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -7,12 +8,12 @@ use crate::Lsn;
 use crate::error::{CorruptionReason, Error};
 use crate::format::{
     FIRST_BLOCK_OFFSET, MIRROR_ALIGN, MIRROR_PREFIX_BYTES, RECORD_HEADER_BYTES, RECORD_TYPE_CLOSE,
-    RECORD_TYPE_MIRROR, align_to, check_record_crc, check_record_header, crc_seed,
+    RECORD_TYPE_MIRROR, RecordHeader, align_to, check_record_crc, check_record_header, crc_seed,
     decode_record_header, next_block, record_disposition,
 };
 use crate::log::Wal;
 use crate::segment::Window;
-use crate::storage::Storage;
+use crate::storage::{Storage, StorageFile};
 
 /// Bytes read per call by an iterator.
 const READ_CHUNK_BYTES: usize = 1 << 20;
@@ -152,7 +153,7 @@ impl<S: Storage> Iter<'_, S> {
                 Err(e) => return self.io_fail(e),
             };
             // The group may end here, its mirror at the next sector boundary: its header names
-            // exactly this group's length (the gap before it is never read).
+            // exactly this group's length.
             let mut at = off;
             let m = align_to(off, MIRROR_ALIGN);
             if off > self.block_start && m != off && m + RECORD_HEADER_BYTES as u64 <= end {
@@ -163,8 +164,25 @@ impl<S: Storage> Iter<'_, S> {
                 if mh.record_type == RECORD_TYPE_MIRROR
                     && u64::from(mh.len) == MIRROR_PREFIX_BYTES as u64 + (off - self.block_start)
                 {
-                    at = m;
-                    h = mh;
+                    // When the group goes on at `off`, `m` is inside one of its records, whose
+                    // body may hold anything, these two fields too (seed 2033034: a job id of
+                    // 56 and a due time's low byte 0xF1). A record header is never all zero,
+                    // so with zeros at `off` (the gap as written) the group ends here; with
+                    // anything else the look-alike ends it only if it is the group's mirror
+                    // as recovery requires one to be: valid at its place, crc included (no
+                    // body can forge that without the segment's salt), and naming the group's
+                    // last LSN. Otherwise the record at `off` is read as any other. A real
+                    // mirror ends the group either way: what the gap holds only decides
+                    // whether its crc is checked (so a good block costs no extra pass).
+                    let ends_here = h.is_zero()
+                        || match valid_at(&mut self.window, &*file, end, salt, m, &mh) {
+                            Ok(valid) => valid && mh.lsn + 1 == self.expected_lsn,
+                            Err(e) => return self.io_fail(e),
+                        };
+                    if ends_here {
+                        at = m;
+                        h = mh;
+                    }
                 }
             }
             if let Err(reason) = check_record_header(&h, end - at) {
@@ -233,6 +251,23 @@ impl<S: Storage> Iter<'_, S> {
             body: &frame[RECORD_HEADER_BYTES..][..h.len as usize],
         }))
     }
+}
+
+/// Whether the record with header `h` at `at` is valid there: its header checks out and fits
+/// before `end`, and its crc (seeded by `salt` and `at`) matches.
+fn valid_at<F: StorageFile>(
+    window: &mut Window,
+    file: &F,
+    end: u64,
+    salt: u64,
+    at: u64,
+    h: &RecordHeader,
+) -> io::Result<bool> {
+    if check_record_header(h, end - at).is_err() {
+        return Ok(false);
+    }
+    let frame = window.get(file, end, at, h.frame_bytes() as usize)?;
+    Ok(check_record_crc(h, crc_seed(salt, at), frame).is_ok())
 }
 
 impl<S: Storage> Iterator for Iter<'_, S> {
