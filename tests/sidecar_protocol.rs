@@ -102,17 +102,23 @@ fn fired_events_carry_the_engine_clock_and_follow_their_replies() {
             let line = json!({"op":"schedule","req":i,"due_ms":NOW_MS - 5,"payload":"p"});
             writeln!(writer, "{line}").expect("write");
         }
-        // Give the events time to come out before the EOF; without them the test still
-        // passes its ordering checks, only with fewer events to check.
-        std::thread::sleep(Duration::from_millis(200));
+        // The EOF only once all three were delivered: auto-complete completes a job after
+        // its event is written, so three completions mean three events are out.
+        let guard = std::time::Instant::now() + Duration::from_secs(30);
+        while engine.stats().completed < 3 {
+            assert!(std::time::Instant::now() < guard, "the jobs were not delivered");
+            std::thread::sleep(Duration::from_millis(2));
+        }
         drop(writer);
         let (end, out) = server.join().expect("no panic");
         assert_eq!(end, ServeEnd::Eof);
         output_lines(&out)
     });
     let mut replied = Vec::new();
+    let mut fired = 0;
     for line in &lines {
         if line["event"] == "fired" {
+            fired += 1;
             assert!(
                 replied.contains(&line["id"]),
                 "event before its reply: {line}"
@@ -125,6 +131,7 @@ fn fired_events_carry_the_engine_clock_and_follow_their_replies() {
         }
     }
     assert_eq!(replied.len(), 3);
+    assert_eq!(fired, 3, "every job's event is checked");
 }
 
 #[test]
