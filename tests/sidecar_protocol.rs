@@ -106,7 +106,10 @@ fn fired_events_carry_the_engine_clock_and_follow_their_replies() {
         // its event is written, so three completions mean three events are out.
         let guard = std::time::Instant::now() + Duration::from_secs(30);
         while engine.stats().completed < 3 {
-            assert!(std::time::Instant::now() < guard, "the jobs were not delivered");
+            assert!(
+                std::time::Instant::now() < guard,
+                "the jobs were not delivered"
+            );
             std::thread::sleep(Duration::from_millis(2));
         }
         drop(writer);

@@ -137,19 +137,24 @@ fn drain_ends_the_ready_stream_and_lets_running_work_finish() {
             done
         }
     });
+    // The held job is completed only once the drain has begun (the ready stream ends, and so
+    // the loop over it, only then): the drain must wait for it.
     let finisher = std::thread::spawn({
         let engine = Arc::clone(&engine);
         move || {
-            std::thread::sleep(Duration::from_millis(50));
-            engine.complete(&held).expect("complete during drain")
+            let looped = looper.join().expect("the for loop over ready() ended");
+            let completed = engine.complete(&held).expect("complete during drain");
+            (looped, completed, std::time::Instant::now())
         }
     });
     let report = engine.drain(Duration::from_secs(20)).expect("drain");
+    let drained_at = std::time::Instant::now();
+    let (looped, completed, completed_at) = finisher.join().expect("finisher");
+    assert!(completed, "in-flight work finished during the drain");
     assert!(
-        finisher.join().expect("finisher"),
-        "in-flight work finished during the drain"
+        completed_at <= drained_at,
+        "the drain returned before the running job finished"
     );
-    let looped = looper.join().expect("the for loop over ready() ended");
     assert_eq!(report.running, 0);
     assert!(looped < ids.len());
     assert!(
