@@ -8,12 +8,14 @@
 //! mirror ends a group (as in recovery); the records must all be read back, live, after a
 //! reopen and after a power cut.
 
+mod common;
+
 use timewheel_wal::format::{
     DURABLE_DELTA_NONE, FIRST_BLOCK_OFFSET, FLAG_SKIPPABLE, MIRROR_ALIGN, MIRROR_PREFIX_BYTES,
     RECORD_HEADER_BYTES, RECORD_TYPE_MIRROR, align_to, frame_bytes,
 };
 use timewheel_wal::testing::{CrashOptions, FaultDisk, FaultStorage};
-use timewheel_wal::{Durability, Wal, WalOptions};
+use timewheel_wal::{Wal, WalOptions};
 
 /// The seed's segments: one block after the header page.
 const SEGMENT_BYTES: u64 = 8192;
@@ -21,12 +23,7 @@ const SEGMENT_BYTES: u64 = 8192;
 const SECOND_BODY_BYTES: usize = 600;
 
 fn opts() -> WalOptions {
-    WalOptions {
-        segment_bytes: SEGMENT_BYTES,
-        record_bytes_max: 1000,
-        durability: Durability::Sync,
-        ..Default::default()
-    }
+    common::sync_opts(SEGMENT_BYTES)
 }
 
 fn bodies(wal: &Wal<FaultStorage>) -> Vec<Vec<u8>> {

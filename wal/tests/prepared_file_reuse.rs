@@ -4,19 +4,16 @@
 //! does, it is the copy's destination. A file of the wrong length, or one that no longer
 //! follows the last segment, is removed as before.
 
+mod common;
+
 use timewheel_wal::storage::Storage;
 use timewheel_wal::testing::{CrashOptions, FaultDisk, SyncFailure};
-use timewheel_wal::{Durability, Error, Wal, WalOptions};
+use timewheel_wal::{Error, Wal, WalOptions};
 
 const SEGMENT_BYTES: u64 = 32768;
 
 fn opts() -> WalOptions {
-    WalOptions {
-        segment_bytes: SEGMENT_BYTES,
-        record_bytes_max: 1000,
-        durability: Durability::Sync,
-        ..Default::default()
-    }
+    common::sync_opts(SEGMENT_BYTES)
 }
 
 fn all_records(wal: &Wal<timewheel_wal::testing::FaultStorage>) -> Vec<Vec<u8>> {
