@@ -1,8 +1,10 @@
 //! The storage the log runs on: a directory of fixed-size files, behind a small trait.
 //!
-//! Two implementations exist:
+//! The implementations:
 //! - [`mmap::MmapStorage`]: real files, preallocated with `fallocate` and then memory-mapped.
 //!   This is production, and the only place in the crate that holds `unsafe` code.
+//! - [`readonly::ReadOnlyStorage`]: a directory read in place, for the operator's tools: the
+//!   log can open it and run its whole recovery, but every change stays in memory.
 //! - `testing::FaultStorage` (feature `testing`, or in this crate's own tests): an in-memory disk
 //!   that keeps a *live* and a *durable* image of every file and of the directory, from which
 //!   `crash()` builds what a power cut could leave behind. It also injects failures (sync `EIO`,
@@ -14,6 +16,7 @@
 use std::io;
 
 pub mod mmap;
+pub mod readonly;
 
 /// A directory of files that the log owns.
 ///
@@ -97,9 +100,9 @@ pub trait StorageFile: Send + Sync + 'static {
     }
 
     /// Touches every page of a freshly created (all-zero) file ahead of need, so that the
-    /// first writes into it later take no page fault that allocates or zeroes blocks, and
-    /// makes those zeros durable, so that later syncs write data only (no extent conversion).
-    /// Called only on a file nothing else uses yet, off the append path. The default does
+    /// first writes into it later take no page fault that allocates or zeroes pages (see
+    /// `MmapFile`'s implementation for what that costs and why the zeros are not written
+    /// back). Called only on a file nothing else uses yet, off the append path. The default does
     /// nothing (the fault storage has no page cache to warm).
     fn prefault(&self) -> io::Result<()> {
         Ok(())
