@@ -40,6 +40,7 @@ pub mod clock;
 pub mod config;
 mod engine;
 pub mod error;
+pub mod inspect;
 pub mod job;
 #[cfg(feature = "testing")]
 pub mod record;

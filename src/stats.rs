@@ -25,6 +25,9 @@ pub struct RecoveryStats {
     pub skipped: u64,
     /// A torn tail cut off the log: `(segment, offset)`.
     pub torn_tail: Option<(u64, u64)>,
+    /// Damage to one copy of a group commit, repaired from the other: `(segment, offset of
+    /// the damage, what was wrong)`. The data is intact, but the medium lost bytes it had.
+    pub repaired: Vec<(u64, u64, timewheel_wal::CorruptionReason)>,
 }
 
 impl RecoveryStats {

@@ -1,3 +1,4 @@
 //! The subcommands of the `timewheel` binary that are more than a call into the library.
 
+pub mod check;
 pub mod demo;

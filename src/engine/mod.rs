@@ -114,6 +114,15 @@ impl Engine {
         Self::open_erased(ErasedStorage::new(storage), config, clock)
     }
 
+    /// Opens the directory read in place ([`timewheel_wal::storage::readonly`]): the whole
+    /// recovery and replay run, every change stays in memory, and nothing fires (no timer
+    /// thread). For [`crate::inspect`].
+    pub(crate) fn open_read_only(mut config: Config) -> Result<Self> {
+        config.timer_thread = false;
+        let storage = timewheel_wal::storage::readonly::ReadOnlyStorage::open_dir(&config.dir)?;
+        Self::open_erased(ErasedStorage::new(storage), config, Arc::new(SystemClock))
+    }
+
     fn open_erased(storage: ErasedStorage, config: Config, clock: Arc<dyn Clock>) -> Result<Self> {
         config.validate()?;
         let open_started_ms = clock.now_ms();
@@ -466,9 +475,28 @@ impl Engine {
     /// released, but nothing is synced. Acknowledged jobs are durable already.
     #[cfg(feature = "testing")]
     pub fn abandon(self) {
+        self.abandon_inner();
+    }
+
+    /// Ends an engine opened by [`Engine::open_read_only`]: a close would write a close marker
+    /// (into memory only, but for nothing).
+    pub(crate) fn abandon_read_only(self) {
+        self.abandon_inner();
+    }
+
+    fn abandon_inner(self) {
         self.shared.closed.store(true, Ordering::Release);
         self.stop_timer();
         self.shared.wal.abandon();
+    }
+
+    /// The earliest and the latest due time of the live jobs.
+    pub(crate) fn due_range(&self) -> Option<(u64, u64)> {
+        let state = self.shared.lock_state();
+        state.jobs.values().fold(None, |range, job| {
+            let (lo, hi) = range.unwrap_or((job.due_ms, job.due_ms));
+            Some((lo.min(job.due_ms), hi.max(job.due_ms)))
+        })
     }
 
     fn stop_timer(&self) {

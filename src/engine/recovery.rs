@@ -91,6 +91,11 @@ pub(super) fn replay<S: Storage>(
         missed: armed.missed,
         interrupted: armed.interrupted,
         torn_tail: report.torn_tail.as_ref().map(|t| (t.segment, t.offset)),
+        repaired: report
+            .repaired_groups
+            .iter()
+            .map(|g| (g.segment, g.damage_offset, g.reason))
+            .collect(),
     };
     if recovery.missed > 0 || recovery.interrupted > 0 {
         tracing::info!(
