@@ -40,6 +40,8 @@ enum Command {
     Verify(check::CheckArgs),
     /// Like verify, and also counts the jobs by state and shows their due range.
     Inspect(check::CheckArgs),
+    /// The log's records as JSON lines (read in place, never written).
+    Dump(check::DumpArgs),
     /// The demo's crash part, in a process of its own that the demo kills (-9).
     #[command(hide = true)]
     DemoCrashChild(demo::CrashChildArgs),
@@ -77,6 +79,10 @@ fn main() -> ExitCode {
         Some(Command::Verify(args)) => {
             init_logging("error");
             check::run(&args, check::Mode::Verify)
+        }
+        Some(Command::Dump(args)) => {
+            init_logging("error");
+            check::dump(&args)
         }
         Some(Command::Inspect(args)) => {
             init_logging("error");

@@ -1,5 +1,6 @@
 //! `timewheel inspect DIR` and `timewheel verify DIR`: what the next open of a data directory
-//! would find, without changing it ([`timewheel::inspect`]).
+//! would find, without changing it ([`timewheel::inspect`]); `timewheel dump DIR`: its
+//! records as JSON lines.
 //!
 //! Exit codes, for scripts (`verify`; `inspect` uses the same):
 //! - 0: healthy. Every record checks out; a torn tail (the unacknowledged writes a crash
@@ -158,12 +159,7 @@ fn report(args: &CheckArgs, mode: Mode, f: &Inspection) {
 }
 
 fn refused(args: &CheckArgs, e: &Error, code: u8) {
-    let why = match e {
-        Error::Locked => "in use by a running engine (it holds the directory's lock); \
-                          check it once that engine is stopped"
-            .to_string(),
-        other => other.to_string(),
-    };
+    let why = why(e);
     if args.json {
         let mut out = serde_json::json!({"dir": args.dir, "healthy": false, "error": why});
         match e {
@@ -198,4 +194,62 @@ fn utc(ms: u64) -> String {
             || format!("{ms} ms"),
             |t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         )
+}
+
+/// Options of `timewheel dump`.
+#[derive(clap::Args, Debug)]
+pub struct DumpArgs {
+    /// The data directory (read in place, never written).
+    pub dir: PathBuf,
+    /// Only records from this LSN on.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub from_lsn: u64,
+    /// Only the records of this job.
+    #[arg(long, value_name = "ID")]
+    pub job: Option<u64>,
+}
+
+/// `timewheel dump`: the log's records as JSON lines on stdout. Exit codes as for `verify`
+/// (1: the log itself is damaged and could not be read past the damage).
+pub fn dump(args: &DumpArgs) -> ExitCode {
+    if !args.dir.is_dir() {
+        eprintln!("timewheel: {} is not a directory", args.dir.display());
+        return ExitCode::from(UNCHECKED);
+    }
+    let mut filter = timewheel::inspect::DumpFilter::all().from_lsn(args.from_lsn);
+    if let Some(job) = args.job {
+        filter = filter.job(timewheel::JobId(job));
+    }
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let result = timewheel::inspect::dump(&args.dir, filter, &mut out);
+    let flushed = std::io::Write::flush(&mut out);
+    let broken_pipe = |e: &std::io::Error| e.kind() == std::io::ErrorKind::BrokenPipe;
+    match (result, flushed) {
+        (Ok(_), Ok(())) => ExitCode::from(HEALTHY),
+        // `timewheel dump DIR | head`: the reader has seen enough.
+        (Err(Error::Io(e)), _) | (Ok(_), Err(e)) if broken_pipe(&e) => ExitCode::from(HEALTHY),
+        (Err(e), _) => {
+            let code = match e {
+                Error::Corrupted { .. } => DAMAGED,
+                _ => UNCHECKED,
+            };
+            eprintln!("timewheel dump: {}: {}", args.dir.display(), why(&e));
+            ExitCode::from(code)
+        }
+        (Ok(_), Err(e)) => {
+            eprintln!("timewheel dump: writing: {e}");
+            ExitCode::from(UNCHECKED)
+        }
+    }
+}
+
+/// What went wrong, for an operator.
+fn why(e: &Error) -> String {
+    match e {
+        Error::Locked => "in use by a running engine (it holds the directory's lock); \
+                          check it once that engine is stopped"
+            .to_string(),
+        other => other.to_string(),
+    }
 }
