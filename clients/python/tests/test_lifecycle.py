@@ -51,23 +51,25 @@ class LifecycleTest(SidecarTest):
         # An iterator started before restart() keeps reading across it; the restart's clean
         # stop of the old process is not an end.
         c = self.client(auto_complete=True)
-        got = []
+        got = set()
         done = threading.Event()
+        ids = []
 
         def iterate():
             for job in c.fired():
-                got.append(job)
-                if len(got) == 2:
+                got.add(job.id)
+                if len(ids) == 2 and got >= set(ids):
                     done.set()
                     return
 
         t = threading.Thread(target=iterate, daemon=True)
         t.start()
-        first = c.schedule(delay_ms=10)
+        ids.append(c.schedule(delay_ms=10))
         c.restart()
-        second = c.schedule(due_ms=int(now_ms()) + 10)
+        # Due a little later, so the iterator sees it after ids is complete.
+        ids.append(c.schedule(due_ms=int(now_ms()) + 200))
         self.assertTrue(done.wait(HANG_S))
-        self.assertEqual({j.id for j in got}, {first, second})
+        self.assertEqual(got, set(ids))
         self.assertEqual(c.generation, 2)
 
     def test_callback_mode_delivers_on_its_own_thread(self):
