@@ -4,7 +4,7 @@
 //! lock. `log` is held only to assign LSNs and copy frames into the storage (and across a
 //! roll). The next segment's file is made ahead of need by the *preparer*, a background
 //! thread (unless the storage asks for none, as the simulated disk does): created,
-//! preallocated, pre-faulted, zeros written back, directory synced, all with no lock held. A
+//! preallocated, pre-faulted (not written back), directory synced, all with no lock held. A
 //! roll under `log` is then a switch: one group-commit round for the old segment's tail (the
 //! invariant "a segment's header exists only once its predecessor is durable" needs it before
 //! the header) and the header's one-page sync. Only when the preparer is behind or failed does

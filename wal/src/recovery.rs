@@ -360,8 +360,8 @@ pub(crate) fn recover<S: Storage>(
                 }
             }
             // The next segment's file, made ahead and all zero, is the copy's destination
-            // when it fits: its pages are allocated, written back and (after a process crash)
-            // still cached, so the copy costs little more than its bytes.
+            // when it fits: its blocks are allocated and (after a process crash) its pages still
+            // cached, so the copy costs little more than its bytes.
             let spare = if appended_to {
                 next_file.take_if(|(next, f)| *next == id + 1 && f.len_bytes() == file.len_bytes())
             } else {
