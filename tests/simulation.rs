@@ -1,7 +1,8 @@
 //! The deterministic simulation: each seed runs the real engine on the fault-injecting disk with
 //! a manual clock, through schedules, cancels, claims, clock steps, crashes (also during
 //! recovery), sync EIO, ENOSPC and media corruption, and checks every result against an oracle
-//! of what was acknowledged (tests/sim/model.rs). docs/testing.md has the details.
+//! of what was acknowledged: the engine model in tests/model/, which the `engine_ops` fuzz target
+//! shares. docs/testing.md has the details.
 //!
 //! - `cargo test --test simulation`: a fast batch of seeds, the named regression seeds, and a
 //!   replay check.
@@ -9,6 +10,7 @@
 //! - `SIM_SEEDS=1000000 SIM_SEED_START=0 [SIM_THREADS=2] cargo test --release --test simulation
 //!   -- --nocapture seeds`: a campaign; prints seeds/s.
 
+mod model;
 mod sim;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};

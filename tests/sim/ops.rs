@@ -2,7 +2,7 @@
 //! drawn with weights from the seed's one random stream.
 //!
 //! Generation only chooses; it never looks at the engine. Due times are chosen relative to the
-//! clock's current reading, ids from the oracle's list (plus some that never existed).
+//! clock's current reading, ids from the model's list (plus some that never existed).
 
 use timewheel_wal::testing::{CrashOptions, SimRng, SyncFailure};
 
@@ -19,24 +19,8 @@ pub const BATCH_JOBS_SIM_MAX: u64 = 64;
 /// How far ahead a due time may be chosen: about four months.
 pub const DUE_AHEAD_MS_SIM_MAX: u64 = 120 * DAY_MS;
 
-/// One job to schedule, with an absolute due time.
-#[derive(Clone)]
-pub struct Spec {
-    pub due_ms: u64,
-    pub payload: Vec<u8>,
-    pub binary: bool,
-}
-
-impl std::fmt::Debug for Spec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Traces show the payload's size only: its bytes are checked, not read.
-        write!(f, "due {} payload {}b", self.due_ms, self.payload.len())?;
-        if self.binary {
-            f.write_str(" binary")?;
-        }
-        Ok(())
-    }
-}
+/// One job to schedule, with an absolute due time (the model's own type).
+pub use crate::model::Spec;
 
 /// One step of a run.
 #[derive(Debug, Clone)]

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use timewheel::{Claimed, Clock, Config, Engine, Error, JobId, JobSpec, JobState, ManualClock};
+use timewheel::{Claimed, Clock, Config, Engine, Error, JobId, ManualClock};
 use timewheel_wal::testing::{CrashOptions, FaultDisk, SimRng, SyncFailure};
 
-use super::model::{Gone, Model, Outcome, Violation};
 use super::ops::{self, Op, Spec, T0_MS};
 use super::trace::Trace;
+use crate::model::{Fault, Gone, Model, Violation, fault};
 use crate::violation;
 
 /// How a seed ended, when it passed.
@@ -81,16 +81,15 @@ pub fn run_seed(seed: u64, verbose: bool) -> Result<Report, Violation> {
         corruption_chance: *rng.pick(&[0.0, 0.0, 0.03, 0.1]).expect("chances"),
     };
     let disk = FaultDisk::new(rng.next_u64());
+    let lease_ms = setup.lease_ms;
     let mut sim = Sim {
         rng,
         disk,
         clock: ManualClock::new(T0_MS),
         setup,
-        model: Model {
-            // From the seed, not the stream, so that every seed's operations stay as they were.
-            id_block: 1 + seed % 64,
-            ..Model::new(T0_MS)
-        },
+        // The id block comes from the seed, not the stream, so that every seed's operations
+        // stay as they were.
+        model: Model::new(T0_MS, lease_ms, 1 + seed % 64),
         trace: Trace::new(verbose),
         corruption_pending: false,
         media_faults_pending: 0,
@@ -117,19 +116,6 @@ pub fn run_seed(seed: u64, verbose: bool) -> Result<Report, Violation> {
         failed_opens: sim.failed_opens,
         jobs: sim.model.jobs.len() as u64,
     })
-}
-
-/// Sorts an error: what it says about whether the call took effect.
-///
-/// `Poisoned` is a refusal here, stricter than the engine's contract needs: with one thread,
-/// only a call that finds the log already poisoned returns it, before it writes anything (the
-/// call whose own sync fails gets `Io`).
-fn outcome(e: &Error) -> Outcome {
-    match e {
-        Error::InvalidInput { .. } | Error::Closed | Error::Poisoned => Outcome::Refused,
-        Error::NoSpace { .. } => Outcome::Refused,
-        _ => Outcome::Unknown,
-    }
 }
 
 fn short(e: &Error) -> &'static str {
@@ -176,33 +162,62 @@ impl Sim {
                 ops::next(&mut self.rng, &view)
             };
             self.trace.line(|| format!("{step}: {op:?}"));
-            let next = self.apply(live, op);
-            self.model.close_unit();
-            live = match next? {
+            live = match self.apply(live, op)? {
                 Ok(live) => live,
                 Err(end) => return Ok(end),
             };
+            // The counts per state, finished and fired, and the ready channel's depth, after
+            // every step.
+            self.model.check_counts(&live.engine)?;
         }
         self.finish(live)
+    }
+
+    /// Whether the disk saw a failed sync since this engine opened: then nothing may be
+    /// acknowledged.
+    fn poisoned(&self, live: &Live) -> bool {
+        self.disk.stats().failed_syncs > live.failed_syncs_at_open
+    }
+
+    /// Sorts a result for the model, checking the poisoning rule on `Ok`.
+    fn sort<T: std::fmt::Debug>(
+        &mut self,
+        live: &Live,
+        what: &str,
+        r: timewheel::Result<T>,
+    ) -> Result<Result<T, Fault>, Violation> {
+        match r {
+            Ok(v) => {
+                if self.poisoned(live) {
+                    return violation!("{what} returned Ok({v:?}) after a failed sync");
+                }
+                Ok(Ok(v))
+            }
+            Err(e) => {
+                self.trace.event(&[71, fault(&e) as u64]);
+                self.trace.line(|| format!("   {what}: {}", short(&e)));
+                Ok(Err(fault(&e)))
+            }
+        }
     }
 
     /// Runs one operation. Returns the engine to go on with, or how the run ended.
     fn apply(&mut self, mut live: Live, op: Op) -> Result<Result<Live, End>, Violation> {
         match op {
             Op::Schedule(spec) => {
-                let r = live.engine.schedule(job_spec(&spec)).map(|id| vec![id]);
+                let r = live.engine.schedule(spec.job_spec()).map(|id| vec![id]);
                 self.schedule_result(&live, r, &[spec])?;
             }
             Op::ScheduleBatch(specs) => {
-                let r = live.engine.schedule_batch(specs.iter().map(job_spec));
+                let r = live.engine.schedule_batch(specs.iter().map(Spec::job_spec));
                 self.schedule_result(&live, r, &specs)?;
             }
             Op::ScheduleInvalid(spec) => {
-                let r = live.engine.schedule(job_spec(&spec)).map(|id| vec![id]);
+                let r = live.engine.schedule(spec.job_spec()).map(|id| vec![id]);
                 match r {
                     Ok(ids) => return violation!("oversized payload accepted as {ids:?}"),
                     Err(e) => {
-                        self.trace.event(&[10, outcome(&e) as u64]);
+                        self.trace.event(&[10, fault(&e) as u64]);
                         if !matches!(e, Error::InvalidInput { .. } | Error::Poisoned) {
                             return violation!("oversized payload refused with {e:?}");
                         }
@@ -210,43 +225,31 @@ impl Sim {
                 }
             }
             Op::Cancel(id) => {
-                let before = live.engine.get(JobId(id)).map(|i| i.state);
-                let r = live.engine.cancel(JobId(id)).map(|o| o.is_done());
-                let r = self.result(&live, "cancel", r)?;
-                self.model.ended(id, Gone::Cancelled, before, r)?;
+                let r = live.engine.cancel(JobId(id));
+                let r = self.sort(&live, "cancel", r)?;
+                if let Ok(o) = r {
+                    self.trace.event(&[70, u64::from(o.is_done())]);
+                }
+                self.model.cancel(id, r, &live.engine)?;
             }
             Op::Reschedule(id, due_ms) => {
-                let before = live.engine.get(JobId(id)).map(|i| i.state);
-                let r = live
-                    .engine
-                    .reschedule(JobId(id), due_ms)
-                    .map(|o| o.is_done());
-                let r = self.result(&live, "reschedule", r)?;
-                self.model.rescheduled(id, due_ms, before, r)?;
+                let r = live.engine.reschedule(JobId(id), due_ms);
+                let r = self.sort(&live, "reschedule", r)?;
+                if let Ok(o) = r {
+                    self.trace.event(&[70, u64::from(o.is_done())]);
+                }
+                self.model.reschedule(id, due_ms, r, &live.engine)?;
             }
             Op::RunTimers => {
                 let moved = live.engine.run_timers();
                 let drained: Vec<JobId> = live.engine.ready().try_iter().collect();
                 self.trace.event(&[20, moved as u64, drained.len() as u64]);
                 self.trace.line(|| format!("   fired {drained:?}"));
-                // Never early, checked as the job fires: against the highest clock reading
-                // the engine can have seen by now (it holds time when the clock steps back).
-                // (An id queued before its job was rescheduled or cancelled is stale, not a
-                // firing: only jobs the engine shows ready count.)
-                for id in &drained {
-                    if let Some(info) = live.engine.get(*id)
-                        && info.state == JobState::Ready
-                        && info.due_ms > self.model.max_clock_ms
-                    {
-                        return violation!(
-                            "job {id} fired early: due {} at clock {}",
-                            info.due_ms,
-                            self.model.max_clock_ms
-                        );
-                    }
-                }
+                // Exactly the due jobs, expired leases and unclaimed ready jobs, none early;
+                // then every job's state, due time and attempt as modelled.
+                self.model.run_timers(&drained)?;
+                self.model.check_live(&live.engine)?;
                 live.backlog.extend(drained);
-                self.model.check_fired(&live.engine, self.clock.now_ms())?;
             }
             Op::Claim(n) => {
                 let n = n.min(live.backlog.len());
@@ -256,74 +259,60 @@ impl Sim {
                         continue; // a worker that dropped this one
                     }
                     let r = live.engine.claim(id);
-                    let failed_syncs = self.disk.stats().failed_syncs;
-                    match r {
+                    let r = self.sort(&live, "claim", r)?;
+                    match &r {
                         Ok(Some(c)) => {
-                            if failed_syncs > live.failed_syncs_at_open {
-                                return violation!("claim of {id} succeeded after a failed sync");
-                            }
                             self.trace.event(&[30, id.0, u64::from(c.attempt)]);
                             self.trace
                                 .line(|| format!("   claimed {id} attempt {}", c.attempt));
-                            self.model.claimed(&c)?;
-                            live.held.push(c);
                         }
                         Ok(None) => self.trace.event(&[31, id.0]),
-                        Err(e) => self.trace.event(&[32, id.0, outcome(&e) as u64]),
+                        Err(f) => self.trace.event(&[32, id.0, *f as u64]),
                     }
+                    let claimed = r.as_ref().ok().and_then(|c| c.clone());
+                    self.model.claim(&[id], r.map(|c| vec![c]), &live.engine)?;
+                    live.held.extend(claimed);
                 }
             }
             Op::Complete(i) | Op::Fail(i) if !live.held.is_empty() => {
                 let c = live.held.remove(i % live.held.len());
-                let before = live.engine.get(c.id).map(|i| i.state);
                 let (how, r) = if matches!(op, Op::Complete(_)) {
                     (Gone::Completed, live.engine.complete(&c))
                 } else {
                     (Gone::Failed, live.engine.fail(&c, "simulated failure"))
                 };
-                let r = self.result(&live, "finish", r)?;
-                self.model.ended(c.id.0, how, before, r)?;
+                let r = self.sort(&live, "finish", r)?;
+                if let Ok(b) = r {
+                    self.trace.event(&[70, u64::from(b)]);
+                }
+                self.model
+                    .finish(&[c], how, r.map(|b| vec![b]), &live.engine)?;
             }
             Op::CompleteBatch(n) if !live.held.is_empty() => {
                 let n = n.min(live.held.len());
                 let batch: Vec<Claimed> = live.held.drain(..n).collect();
-                let before: Vec<_> = batch
-                    .iter()
-                    .map(|c| live.engine.get(c.id).map(|i| i.state))
-                    .collect();
                 let r = live.engine.complete_batch(&batch);
-                let failed_syncs = self.disk.stats().failed_syncs;
-                match r {
-                    Ok(done) => {
-                        if failed_syncs > live.failed_syncs_at_open {
-                            return violation!("complete_batch acknowledged after a failed sync");
-                        }
-                        self.trace
-                            .event(&[40, done.iter().filter(|d| **d).count() as u64]);
-                        for ((c, ok), b) in batch.iter().zip(done).zip(before) {
-                            self.model.ended(c.id.0, Gone::Completed, b, Ok(ok))?;
-                        }
-                    }
-                    Err(e) => {
-                        self.trace.event(&[41, outcome(&e) as u64]);
-                        for (c, b) in batch.iter().zip(before) {
-                            self.model
-                                .ended(c.id.0, Gone::Completed, b, Err(outcome(&e)))?;
-                        }
-                    }
+                let r = self.sort(&live, "complete_batch", r)?;
+                match &r {
+                    Ok(done) => self
+                        .trace
+                        .event(&[40, done.iter().filter(|d| **d).count() as u64]),
+                    Err(f) => self.trace.event(&[41, *f as u64]),
                 }
+                self.model
+                    .finish(&batch, Gone::Completed, r, &live.engine)?;
             }
             Op::Complete(_) | Op::Fail(_) | Op::CompleteBatch(_) => {}
             Op::ClockSet(ms) => {
                 self.clock.set(ms);
-                self.model.max_clock_ms = self.model.max_clock_ms.max(ms);
+                self.model.set_clock(ms);
                 self.trace.event(&[50, ms]);
             }
             Op::ArmSyncFailure(f) => self.disk.set_sync_failure(f),
             Op::ArmEnospc(on) => self.disk.set_enospc(on),
             Op::CloseReopen | Op::DropReopen => {
                 let failed_before = self.disk.stats().failed_syncs;
-                let poisoned = failed_before > live.failed_syncs_at_open;
+                let poisoned = self.poisoned(&live);
                 if matches!(op, Op::CloseReopen) {
                     let r = live.engine.close();
                     let failed_syncs = self.disk.stats().failed_syncs;
@@ -337,8 +326,10 @@ impl Sim {
                     {
                         return violation!("close failed without a fault: {e:?}");
                     }
+                    self.model.engine_gone(Some(r.map_err(|e| fault(&e))));
                 } else {
                     drop(live.engine);
+                    self.model.engine_gone(None);
                 }
                 // The old engine's claims die with it, mostly; a stale one tests fencing.
                 let held = self.keep_some(live.held);
@@ -364,6 +355,7 @@ impl Sim {
                 } else {
                     drop(live.engine); // its drop syncs the old disk: too late to matter
                 }
+                self.model.engine_gone(None);
                 self.disk = crashed;
                 self.corruption_pending |= corrupt;
                 self.media_faults_pending += opts.bit_flips_synced + opts.misdirected_writes;
@@ -389,56 +381,29 @@ impl Sim {
         }))
     }
 
-    /// Checks an acknowledgement against the poisoning rule; sorts the result for the oracle.
-    fn result(
-        &mut self,
-        live: &Live,
-        what: &str,
-        r: timewheel::Result<bool>,
-    ) -> Result<Result<bool, Outcome>, Violation> {
-        let failed_syncs = self.disk.stats().failed_syncs;
-        match r {
-            Ok(b) => {
-                if failed_syncs > live.failed_syncs_at_open {
-                    return violation!("{what} returned Ok({b}) after a failed sync");
-                }
-                self.trace.event(&[70, u64::from(b)]);
-                Ok(Ok(b))
-            }
-            Err(e) => {
-                self.trace.event(&[71, outcome(&e) as u64]);
-                self.trace.line(|| format!("   {what}: {}", short(&e)));
-                Ok(Err(outcome(&e)))
-            }
-        }
-    }
-
     fn schedule_result(
         &mut self,
         live: &Live,
         r: timewheel::Result<Vec<JobId>>,
         specs: &[Spec],
     ) -> Result<(), Violation> {
-        let failed_syncs = self.disk.stats().failed_syncs;
         match r {
             Ok(ids) => {
-                if failed_syncs > live.failed_syncs_at_open {
+                if self.poisoned(live) {
                     return violation!("schedule returned Ok({ids:?}) after a failed sync");
                 }
                 self.trace
                     .event(&[80, ids.first().map_or(0, |id| id.0), ids.len() as u64]);
                 self.trace.line(|| format!("   ids {ids:?}"));
-                self.model.scheduled(&ids, specs)?;
-                Ok(())
+                self.model.scheduled(specs, Ok(ids))
             }
             Err(e) => {
-                self.trace.event(&[81, outcome(&e) as u64]);
+                self.trace.event(&[81, fault(&e) as u64]);
                 self.trace.line(|| format!("   schedule: {}", short(&e)));
                 if matches!(e, Error::InvalidInput { .. }) {
                     return violation!("valid schedule refused: {e:?}");
                 }
-                self.model.schedule_failed(specs.len() as u64, outcome(&e));
-                Ok(())
+                self.model.scheduled(specs, Err(fault(&e)))
             }
         }
     }
@@ -537,7 +502,7 @@ impl Sim {
                 self.disk.live_names()
             )
         });
-        let wrong = self.model.recovered(&engine)?;
+        let wrong = self.model.opened(&engine)?;
         let live = Live {
             engine,
             backlog: Vec::new(),
@@ -566,6 +531,7 @@ impl Sim {
     fn finish(&mut self, live: Live) -> Result<End, Violation> {
         let crashed = self.disk.crash(&CrashOptions::random(&mut self.rng));
         live.engine.abandon();
+        self.model.engine_gone(None);
         self.disk = crashed;
         let live = match self.recover(false)? {
             Ok(live) => live,
@@ -574,21 +540,21 @@ impl Sim {
         let lease = self.setup.lease_ms;
         let now = self.model.due_max().max(self.model.max_clock_ms) + 1;
         self.clock.set(now);
-        self.model.max_clock_ms = now;
+        self.model.set_clock(now);
         live.engine.run_timers();
-        let mut fired: Vec<JobId> = live.engine.ready().try_iter().collect();
+        let drained: Vec<JobId> = live.engine.ready().try_iter().collect();
+        self.model.run_timers(&drained)?;
+        let mut fired = drained;
         fired.sort_unstable();
         fired.dedup();
         let mut claims = Vec::new();
         for id in fired {
-            if let Some(c) = live
+            let r = live
                 .engine
                 .claim(id)
-                .map_err(|e| Violation(format!("final claim: {e:?}")))?
-            {
-                self.model.claimed(&c)?;
-                claims.push(c);
-            }
+                .map_err(|e| Violation(format!("final claim: {e:?}")))?;
+            self.model.claim(&[id], Ok(vec![r.clone()]), &live.engine)?;
+            claims.extend(r);
         }
         let claimed: std::collections::BTreeSet<u64> = claims.iter().map(|c| c.id.0).collect();
         if let Some(id) = self.model.live_ids().difference(&claimed).next() {
@@ -601,22 +567,21 @@ impl Sim {
         if !done.iter().all(|d| *d) {
             return violation!("a final completion was refused");
         }
+        self.model
+            .finish(&claims, Gone::Completed, Ok(done), &live.engine)?;
         self.clock.set(now + 2 * lease + 1);
+        self.model.set_clock(now + 2 * lease + 1);
         live.engine.run_timers();
         let again: Vec<JobId> = live.engine.ready().try_iter().collect();
         if !again.is_empty() {
             return violation!("completed jobs fired again: {again:?}");
         }
+        self.model.run_timers(&again)?;
+        self.model.check_counts(&live.engine)?;
         self.trace.event(&[99, claims.len() as u64]);
         live.engine
             .close()
             .map_err(|e| Violation(format!("final close: {e:?}")))?;
         Ok(End::Completed)
     }
-}
-
-fn job_spec(s: &Spec) -> JobSpec {
-    JobSpec::at(s.due_ms)
-        .payload(s.payload.clone())
-        .binary(s.binary)
 }
