@@ -216,7 +216,8 @@ pub struct Model {
     /// Specs of failed, ambiguous schedule calls since the last open: what an unknown id may
     /// turn up as.
     phantoms: Vec<Spec>,
-    /// Every id up to this one was durably used: never handed out again.
+    /// The highest id durably used (acknowledged, or shown by an open): no id up to it is
+    /// handed out again, since ids only grow and an open starts past every reservation.
     pub id_floor: u64,
     /// The highest id handed out since the open: ids grow.
     issued_max: u64,
@@ -443,7 +444,7 @@ impl Model {
             }
             if id <= self.id_floor {
                 bail!(
-                    "id {id} reused: every id up to {} was durably used",
+                    "id {id} handed out again: {} was durably used, and ids only grow",
                     self.id_floor
                 );
             }
@@ -993,7 +994,7 @@ impl Model {
         self.queue.clear();
     }
 
-    /// Right after a successful open (the clock read `clock_ms` during it): compares every job
+    /// Right after a successful open (the clock read `clock_ms` throughout): compares every job
     /// with what recovery rebuilt, then resolves every uncertainty to it and takes the
     /// engine's memory as the open leaves it (missed and interrupted jobs ready and queued in
     /// due order, the rest scheduled). Returns the jobs found wrong, with why, and leaves the
