@@ -76,6 +76,9 @@ impl StorageFile for ErasedFile {
     fn prefault(&self) -> io::Result<()> {
         self.0.prefault()
     }
+    fn prefault_read(&self, offset: u64) -> io::Result<()> {
+        self.0.prefault_read(offset)
+    }
     fn read_durable(&self, offset: u64, buf: &mut [u8]) -> io::Result<bool> {
         self.0.read_durable(offset, buf)
     }

@@ -817,8 +817,20 @@ impl<S: Storage> Shared<S> {
     }
 }
 
-/// The background preparer: makes the next segment's file whenever it is wanted and missing.
+/// The background preparer: first brings the pages of the segment being appended to into
+/// memory past its end (a fresh log's first segment, or the last one after an open: nothing
+/// prepared them), then makes the next segment's file whenever it is wanted and missing.
 fn prepare_loop<S: Storage>(shared: &Shared<S>) {
+    let (file, end) = {
+        let log = lock(&shared.log);
+        let current = log.current();
+        (Arc::clone(&current.file), current.end)
+    };
+    if let Err(e) = file.prefault_read(end) {
+        // Only a cost: the appender takes the faults itself.
+        tracing::debug!(error = %e, "WAL could not bring the current segment's pages in");
+    }
+    drop(file);
     loop {
         {
             let mut next = lock(&shared.next);

@@ -601,6 +601,26 @@ impl StorageFile for MmapFile {
             Err(e) => Err(e),
         }
     }
+
+    fn prefault_read(&self, offset: u64) -> io::Result<()> {
+        let f = &*self.shared;
+        let len = f.len_bytes as usize;
+        // MADV_POPULATE_READ maps each page for reading (a zeroed page-cache page where the
+        // file was never written); it never dirties one, so a page the appender synced
+        // meanwhile is not written again. In pieces, as for `prefault`.
+        let mut at = (offset as usize / 4096) * 4096;
+        while at < len {
+            let n = POPULATE_PIECE_BYTES.min(len - at);
+            match f.map.advise_range(Advice::PopulateRead, at, n) {
+                Ok(()) => {}
+                // A kernel before 5.14: the appender takes the faults itself, as before.
+                Err(e) if e.raw_os_error() == Some(EINVAL) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+            at += n;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

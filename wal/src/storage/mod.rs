@@ -107,4 +107,15 @@ pub trait StorageFile: Send + Sync + 'static {
     fn prefault(&self) -> io::Result<()> {
         Ok(())
     }
+
+    /// Brings the pages from `offset` to the end into memory for reading, so that the first
+    /// write into each later takes only a cheap fault (no page to find, zero or read ahead).
+    /// Unlike [`StorageFile::prefault`], it never marks a page dirty: it is safe on a file
+    /// being appended to and synced meanwhile, since a synced page it touches is not written
+    /// again. The log calls it on the segment it appends to after an open, whose pages past
+    /// the end nothing prepared. The default does nothing.
+    fn prefault_read(&self, offset: u64) -> io::Result<()> {
+        let _ = offset;
+        Ok(())
+    }
 }
