@@ -149,6 +149,9 @@ impl Totals {
     }
 }
 
+/// A campaign prints a progress line every this many seeds.
+const PROGRESS_EVERY_SEEDS: u64 = 10_000;
+
 /// Runs `count` seeds from `start` on `threads` threads (each seed runs on one thread alone).
 fn run_batch(start: u64, count: u64, threads: u64) -> Totals {
     let next = AtomicU64::new(0);
@@ -163,10 +166,17 @@ fn run_batch(start: u64, count: u64, threads: u64) -> Totals {
                     }
                     let seed = start + i;
                     let r = run_caught(seed, false);
-                    totals
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .add(seed, r);
+                    let mut t = totals.lock().unwrap_or_else(|p| p.into_inner());
+                    t.add(seed, r);
+                    // A campaign stopped early still says how far it got.
+                    if t.seeds.is_multiple_of(PROGRESS_EVERY_SEEDS) {
+                        eprintln!(
+                            "progress: {} seeds done, {} failed, {} ended by reported corruption",
+                            t.seeds,
+                            t.seeds - t.completed - t.corruption_reported,
+                            t.corruption_reported
+                        );
+                    }
                 }
             });
         }
