@@ -58,6 +58,16 @@ pub struct Config {
     /// [`Stats::timer_realtime`](crate::Stats::timer_realtime) says which it got. The thread
     /// sleeps between deadlines and fires in bounded batches, so it cannot hold a CPU for long.
     pub timer_realtime: bool,
+    /// How often the compactor looks for sealed journal segments to fold into hour-bucket
+    /// files (and then delete), in milliseconds; 0 turns the background compactor off
+    /// ([`Engine::compact`](crate::Engine::compact) still runs a pass when asked).
+    pub compact_interval_ms: u64,
+    /// Sealed journal segments one compaction pass folds at most (its memory is about that
+    /// many segments' worth of live records).
+    pub compact_segments_max: usize,
+    /// A bucket with more run files than this is merged into one by the next pass that
+    /// touches it (fewer files to read at open; more bytes rewritten per pass).
+    pub bucket_runs_max: usize,
 }
 
 impl Config {
@@ -77,6 +87,9 @@ impl Config {
             id_block: 1 << 16,
             timer_thread: true,
             timer_realtime: true,
+            compact_interval_ms: 10_000,
+            compact_segments_max: 4,
+            bucket_runs_max: 4,
         }
     }
 
@@ -99,6 +112,14 @@ impl Config {
         }
         if self.id_block == 0 {
             return bad("id_block", "must be positive");
+        }
+        if self.compact_segments_max == 0 || self.bucket_runs_max == 0 {
+            return bad("compact_segments_max", "compaction limits must be positive");
+        }
+        // Ids name their home bucket modulo 2^20 hours; keep a past window of 19 years in
+        // which two live buckets can not share a residue.
+        if self.due_ahead_ms_max > 100 * 366 * 24 * HOUR_MS {
+            return bad("due_ahead_ms_max", "at most 100 years");
         }
         if self.fires_per_advance_max == 0 || self.batch_jobs_max == 0 {
             return bad("fires_per_advance_max", "limits must be positive");
@@ -178,6 +199,24 @@ impl Config {
     /// Sets [`Config::timer_realtime`](Config#structfield.timer_realtime).
     pub fn timer_realtime(mut self, timer_realtime: bool) -> Self {
         self.timer_realtime = timer_realtime;
+        self
+    }
+
+    /// Sets [`Config::compact_interval_ms`](Config#structfield.compact_interval_ms).
+    pub fn compact_interval_ms(mut self, compact_interval_ms: u64) -> Self {
+        self.compact_interval_ms = compact_interval_ms;
+        self
+    }
+
+    /// Sets [`Config::compact_segments_max`](Config#structfield.compact_segments_max).
+    pub fn compact_segments_max(mut self, compact_segments_max: usize) -> Self {
+        self.compact_segments_max = compact_segments_max;
+        self
+    }
+
+    /// Sets [`Config::bucket_runs_max`](Config#structfield.bucket_runs_max).
+    pub fn bucket_runs_max(mut self, bucket_runs_max: usize) -> Self {
+        self.bucket_runs_max = bucket_runs_max;
         self
     }
 }

@@ -22,6 +22,17 @@ pub enum Error {
         /// What was wrong, as the log found it.
         reason: timewheel_wal::CorruptionReason,
     },
+    /// A bucket file or the manifest (the compacted part of the data directory) is damaged,
+    /// or does not agree with the rest; the engine refuses to open rather than lose jobs.
+    #[error("the job store is corrupted in {file} at offset {offset}: {reason}")]
+    CorruptedStore {
+        /// The file.
+        file: String,
+        /// The byte offset in it (0 when the damage is in what the file says, not where).
+        offset: u64,
+        /// What was wrong.
+        reason: String,
+    },
     /// An I/O error.
     #[error("I/O error: {0}")]
     Io(#[from] io::Error),

@@ -49,6 +49,10 @@ mod record;
 #[cfg(feature = "sidecar")]
 pub mod sidecar;
 pub mod stats;
+#[cfg(feature = "testing")]
+pub mod store;
+#[cfg(not(feature = "testing"))]
+mod store;
 pub mod wheel;
 
 // The README's examples are doc tests: they compile and run.
@@ -61,4 +65,4 @@ pub use config::{Config, Durability, RecoveryMode};
 pub use engine::{DrainReport, Engine, Pending};
 pub use error::{Error, Result};
 pub use job::{Claimed, Due, JobId, JobInfo, JobSpec, JobState, Outcome};
-pub use stats::{RecoveryStats, Stats};
+pub use stats::{CompactionReport, RecoveryStats, Stats, StoreStats};

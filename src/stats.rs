@@ -28,13 +28,57 @@ pub struct RecoveryStats {
     /// Damage to one copy of a group commit, repaired from the other: `(segment, offset of
     /// the damage, what was wrong)`. The data is intact, but the medium lost bytes it had.
     pub repaired: Vec<(u64, u64, timewheel_wal::CorruptionReason)>,
+    /// Hour buckets loaded from their files (the compacted part of the directory).
+    pub buckets: u64,
+    /// Jobs loaded from bucket files; the journal after them is replayed as `records`.
+    pub bucket_jobs: u64,
+    /// The journal LSN the buckets cover: replay started after it.
+    pub covered_lsn: u64,
 }
 
 impl RecoveryStats {
-    /// Records replayed per second.
+    /// Journal records replayed plus jobs loaded from bucket files, per second.
     pub fn records_per_sec(&self) -> f64 {
-        self.records as f64 / self.elapsed.as_secs_f64().max(1e-9)
+        (self.records + self.bucket_jobs) as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
+}
+
+/// What compaction has done since open, and what the data directory holds now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreStats {
+    /// Journal segment files.
+    pub journal_segments: u64,
+    /// Bytes of the journal's segment files (preallocated: whole segments).
+    pub journal_bytes: u64,
+    /// Live hour buckets on disk.
+    pub buckets: u64,
+    /// Their run files.
+    pub bucket_files: u64,
+    /// Bytes of the run files.
+    pub bucket_bytes: u64,
+    /// Jobs the bucket files hold (as of the LSN they cover).
+    pub bucket_jobs: u64,
+    /// Jobs kept outside their home bucket (rescheduled into another hour).
+    pub moved_jobs: u64,
+    /// The journal LSN the buckets cover.
+    pub covered_lsn: u64,
+    /// Compaction passes since open.
+    pub compactions: u64,
+    /// Journal records folded since open.
+    pub records_folded: u64,
+    /// Journal segments deleted since open.
+    pub segments_deleted: u64,
+    /// Bytes freed since open: journal segments deleted, and runs merged or dropped.
+    pub bytes_reclaimed: u64,
+    /// Bytes of run files written since open.
+    pub bytes_written: u64,
+    /// Buckets dropped whole since open (every job in them finished).
+    pub buckets_dropped: u64,
+    /// How long the last pass took.
+    pub last_compaction: std::time::Duration,
+    /// Why compaction stopped, if it did (an I/O error: it resumes after a reopen).
+    pub compaction_error: Option<String>,
 }
 
 /// A snapshot of the engine's counters.
@@ -142,4 +186,30 @@ pub(crate) struct StateView<'a> {
     pub scheduled_overdue: u64,
     pub lateness_us: &'a hdrhistogram::Histogram<u64>,
     pub claim_wait_us: &'a hdrhistogram::Histogram<u64>,
+}
+
+/// What one compaction pass did ([`Engine::compact`](crate::Engine::compact)).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CompactionReport {
+    /// Journal records folded.
+    pub records: u64,
+    /// Journal segments deleted.
+    pub segments_deleted: u64,
+    /// Journal bytes deleted (whole segment files).
+    pub journal_bytes_deleted: u64,
+    /// Run files written.
+    pub runs_written: u64,
+    /// Bytes of the runs written.
+    pub bytes_written: u64,
+    /// Run files removed (merged or dropped).
+    pub runs_removed: u64,
+    /// Bytes of the runs removed.
+    pub run_bytes_removed: u64,
+    /// Buckets merged into one run.
+    pub buckets_merged: u64,
+    /// Buckets dropped whole: every job in them finished.
+    pub buckets_dropped: u64,
+    /// How long it took.
+    pub elapsed: Duration,
 }

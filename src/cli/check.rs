@@ -74,7 +74,9 @@ pub fn run(args: &CheckArgs, mode: Mode) -> ExitCode {
         }
         Err(e) => {
             let code = match e {
-                Error::Corrupted { .. } | Error::UndecodableRecord { .. } => DAMAGED,
+                Error::Corrupted { .. }
+                | Error::CorruptedStore { .. }
+                | Error::UndecodableRecord { .. } => DAMAGED,
                 _ => UNCHECKED,
             };
             refused(args, &e, code);

@@ -1,5 +1,9 @@
 //! Job ids: handed out in increasing order, from blocks reserved in the log.
 //!
+//! The ledger counts *sequence numbers* ([`crate::JobId::seq`]); an id is its sequence number with
+//! the job's home hour bucket in the low bits ([`crate::JobId::compose`]), so ids grow with their
+//! sequence numbers and the rules below hold for both.
+//!
 //! An id is never handed out twice, also when a crash cut the tail of the log: a schedule that
 //! needs an id beyond the reserved block appends a `ReserveIds` record in front of its own
 //! records, in the same append, and the caller learns its ids only once both are durable. At
@@ -12,9 +16,9 @@
 /// What the log says about ids so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct IdLedger {
-    /// The highest id scheduled (0: none).
+    /// The sequence number of the newest job scheduled (0: none).
     pub last_id: u64,
-    /// The highest id reserved (0: none).
+    /// The highest sequence number reserved (0: none).
     pub reserved_up_to: u64,
 }
 
@@ -36,7 +40,8 @@ impl IdLedger {
         Ok(())
     }
 
-    /// A scheduled id must be newer than every earlier one and inside a reservation.
+    /// A scheduled id (its sequence number, [`crate::JobId::seq`]) must be newer than every earlier
+    /// one and inside a reservation.
     pub fn admit_schedule(&mut self, id: u64) -> Result<(), &'static str> {
         if id <= self.last_id {
             return Err("job id is not newer than the last one scheduled");

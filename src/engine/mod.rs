@@ -11,6 +11,7 @@
 //! job fires or is claimed before it is on disk. Lock order and which threads may block on
 //! I/O: docs/design.md.
 
+mod compactor;
 mod erased;
 mod ids;
 mod recovery;
@@ -37,6 +38,7 @@ use crate::stats::{RecoveryStats, StateView, Stats};
 use erased::ErasedStorage;
 use ids::IdLedger;
 use state::{Mode, State, state_index};
+use crate::store::home_bucket;
 
 /// The durable timer and job engine. See the crate docs for an example.
 ///
@@ -44,6 +46,7 @@ use state::{Mode, State, state_index};
 pub struct Engine {
     shared: Arc<Shared>,
     timer: Mutex<Option<JoinHandle<()>>>,
+    compactor: Mutex<Option<JoinHandle<()>>>,
 }
 
 pub(crate) struct Shared {
@@ -66,6 +69,11 @@ pub(crate) struct Shared {
     /// The timer thread got the real-time priority it asked for (`Config::timer_realtime`).
     timer_realtime: AtomicBool,
     recovery: RecoveryStats,
+    /// The manifest and what compaction did. Taken by compaction passes only (never with
+    /// `state` or `ids`).
+    store: Mutex<compactor::StoreState>,
+    /// Wakes the compactor thread to stop.
+    compactor_wake: Condvar,
 }
 
 /// Schedules appended to the log but not yet durable, nor visible: pass it to
@@ -134,9 +142,10 @@ impl Engine {
             recovery_mode: config.recovery_mode,
         };
         let (wal, report) = Wal::open(storage, options)?;
+        let manifest = crate::store::open(wal.storage(), wal.first_lsn())?;
         let (ready_tx, ready_rx) = crossbeam_channel::unbounded();
         let mut state = State::new(clock.now_ms(), 0, config.lease_ms, ready_tx);
-        let replayed = recovery::replay(&wal, &report, &mut state, open_started_ms)?;
+        let replayed = recovery::replay(&wal, &report, &manifest, &mut state, open_started_ms)?;
         let shared = Arc::new(Shared {
             wal,
             state: Mutex::new(state),
@@ -151,6 +160,8 @@ impl Engine {
             closed: AtomicBool::new(false),
             timer_realtime: AtomicBool::new(false),
             recovery: replayed.recovery,
+            store: Mutex::new(compactor::StoreState::new(manifest)),
+            compactor_wake: Condvar::new(),
         });
         let weak = Arc::downgrade(&shared);
         shared.clock.on_advance(Arc::new(move || {
@@ -170,9 +181,21 @@ impl Engine {
         } else {
             None
         };
+        // Like the timer thread: an engine whose caller drives its timers drives compaction
+        // too (`Engine::compact`), so that a simulation's seed alone decides what happens.
+        let compactor = if shared.config.timer_thread && shared.config.compact_interval_ms > 0 {
+            let s = shared.clone();
+            let handle = std::thread::Builder::new()
+                .name("timewheel-compactor".into())
+                .spawn(move || compactor::run(s))?;
+            Some(handle)
+        } else {
+            None
+        };
         Ok(Engine {
             shared,
             timer: Mutex::new(timer),
+            compactor: Mutex::new(compactor),
         })
     }
 
@@ -243,8 +266,9 @@ impl Engine {
             let before = *ledger;
             let alloc = ledger.allocate(ends.len() as u64, sh.config.id_block);
             let mut start = 0;
-            for (i, &end) in ends.iter().enumerate() {
-                body[start..start + 8].copy_from_slice(&(alloc.first + i as u64).to_le_bytes());
+            for (i, (&end, &due_ms)) in ends.iter().zip(&dues).enumerate() {
+                let id = JobId::compose(alloc.first + i as u64, home_bucket(due_ms, now_ms));
+                body[start..start + 8].copy_from_slice(&id.0.to_le_bytes());
                 start = end;
             }
             if let Some(up_to) = alloc.reserve_up_to {
@@ -381,6 +405,40 @@ impl Engine {
         stats
     }
 
+    /// Runs one compaction pass now, in the caller's thread: folds the sealed journal
+    /// segments (at most `Config::compact_segments_max`) that the hour-bucket files do not
+    /// cover yet into them, replaces the manifest, then deletes the folded segments and the
+    /// runs it merged. Does nothing (an all-zero report) when no sealed segment is left to
+    /// fold. The background compactor does the same every `Config::compact_interval_ms`.
+    ///
+    /// ```
+    /// # fn main() -> timewheel::Result<()> {
+    /// # let dir = std::env::temp_dir().join(format!("timewheel-doc-compact-{}", std::process::id()));
+    /// use timewheel::{Config, Engine, JobSpec};
+    /// // Small segments, so that a few thousand jobs fill several.
+    /// let engine = Engine::open(Config::new(&dir).segment_bytes(1 << 20))?;
+    /// let ids = engine.schedule_batch((0..20_000).map(|i| JobSpec::at(i).payload("x")))?;
+    /// engine.cancel_batch(&ids)?;
+    /// while engine.compact()?.records > 0 {}
+    /// let store = engine.store_stats();
+    /// assert!(store.segments_deleted > 0);
+    /// assert_eq!(store.bucket_jobs, 0); // every job finished: no bucket is left
+    /// # drop(engine);
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn compact(&self) -> Result<crate::stats::CompactionReport> {
+        self.shared.check_open()?;
+        Ok(self.shared.compact_once()?.unwrap_or_default())
+    }
+
+    /// What the data directory holds (journal segments, hour buckets, their bytes) and what
+    /// compaction did since open.
+    pub fn store_stats(&self) -> crate::stats::StoreStats {
+        self.shared.store_stats()
+    }
+
     /// What recovery found when this engine opened.
     pub fn recovery(&self) -> &RecoveryStats {
         &self.shared.recovery
@@ -457,6 +515,7 @@ impl Engine {
         let sh = &*self.shared;
         sh.closed.store(true, Ordering::Release);
         self.stop_timer();
+        self.stop_compactor();
         if sh.wal.is_poisoned() {
             return Err(Error::Poisoned);
         }
@@ -487,6 +546,7 @@ impl Engine {
     fn abandon_inner(self) {
         self.shared.closed.store(true, Ordering::Release);
         self.stop_timer();
+        self.stop_compactor();
         self.shared.wal.abandon();
     }
 
@@ -497,6 +557,18 @@ impl Engine {
             let (lo, hi) = range.unwrap_or((job.due_ms, job.due_ms));
             Some((lo.min(job.due_ms), hi.max(job.due_ms)))
         })
+    }
+
+    fn stop_compactor(&self) {
+        let sh = &*self.shared;
+        lock(&sh.store).stop = true;
+        sh.compactor_wake.notify_all();
+        let handle = lock(&self.compactor).take();
+        if let Some(h) = handle
+            && let Err(panic) = h.join()
+        {
+            std::panic::resume_unwind(panic);
+        }
     }
 
     fn stop_timer(&self) {

@@ -21,8 +21,21 @@ use timewheel_wal::{RecoveryReport, Wal};
 use super::ids::IdLedger;
 use super::state::{Mode, State};
 use crate::error::{Error, Result};
-use crate::record::Event;
+use crate::job::JobId;
+use crate::record::{Event, ScheduleRecord};
+use crate::store::{self, manifest::Manifest};
 use crate::stats::RecoveryStats;
+
+/// Jobs the table is sized for up front, at most.
+const RESERVE_JOBS_MAX: u64 = 4 << 20;
+
+/// A schedule's id must be the next in the ledger and name the job's home bucket.
+fn admit_schedule(ids: &mut IdLedger, s: &ScheduleRecord<'_>) -> std::result::Result<(), &'static str> {
+    if s.id.bucket_residue() != JobId::compose(0, store::home_bucket(s.due_ms, s.created_ms)).bucket_residue() {
+        return Err("job id does not name the job's home bucket");
+    }
+    ids.admit_schedule(s.id.seq())
+}
 
 /// What replay rebuilt.
 pub(super) struct Replayed {
@@ -30,24 +43,43 @@ pub(super) struct Replayed {
     pub recovery: RecoveryStats,
 }
 
-/// Replays the whole log into `state` (empty, its clock at `now_ms`).
+/// Loads the buckets `manifest` names into `state` (empty, its clock at `now_ms`), then
+/// replays the journal after the LSN they cover.
 pub(super) fn replay<S: Storage>(
     wal: &Wal<S>,
     report: &RecoveryReport,
+    manifest: &Manifest,
     state: &mut State,
     open_started_ms: u64,
 ) -> Result<Replayed> {
     let started = Instant::now();
+    state.jobs.reserve(manifest.jobs().min(RESERVE_JOBS_MAX) as usize);
+    let mut restored = 0u64;
+    for (&bucket, entry) in &manifest.buckets {
+        for job in store::load_bucket(wal.storage(), bucket, entry)?.values() {
+            state.restore(job).map_err(|why| Error::CorruptedStore {
+                file: store::bucket::run_file_name(bucket, entry.runs[0].generation),
+                offset: 0,
+                reason: format!("{why} (job {})", job.id),
+            })?;
+            restored += 1;
+        }
+    }
+    state.counters.completed = manifest.completed;
+    state.counters.cancelled = manifest.cancelled;
+    state.counters.failed = manifest.failed;
     // Most records of a young log are schedules: size the table once instead of rehashing it
     // all the way up (bounded, since an old log is mostly finished jobs).
-    const RESERVE_JOBS_MAX: u64 = 4 << 20;
     state
         .jobs
         .reserve(report.records.min(RESERVE_JOBS_MAX) as usize);
-    let mut ids = IdLedger::default();
+    let mut ids = IdLedger {
+        last_id: manifest.ids_last,
+        reserved_up_to: manifest.ids_reserved,
+    };
     let mut records = 0u64;
     let mut skipped = 0u64;
-    let mut iter = wal.iter_from(0);
+    let mut iter = wal.iter_from(manifest.covered_lsn + 1);
     while let Some(record) = iter.next_ref() {
         let record = record?;
         records += 1;
@@ -66,7 +98,7 @@ pub(super) fn replay<S: Storage>(
         };
         let admitted = match &event {
             Event::ReserveIds { up_to } => ids.admit_reserve(*up_to),
-            Event::Schedule(s) => ids.admit_schedule(s.id.0),
+            Event::Schedule(s) => admit_schedule(&mut ids, s),
             _ => Ok(()),
         };
         admitted
@@ -96,6 +128,9 @@ pub(super) fn replay<S: Storage>(
             .iter()
             .map(|g| (g.segment, g.damage_offset, g.reason))
             .collect(),
+        buckets: manifest.buckets.len() as u64,
+        bucket_jobs: restored,
+        covered_lsn: manifest.covered_lsn,
     };
     if recovery.missed > 0 || recovery.interrupted > 0 {
         tracing::info!(

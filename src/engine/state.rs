@@ -15,6 +15,7 @@ use crossbeam_channel::Sender;
 use super::table::{Counters, Job, JobMap, Payload};
 use crate::job::{Claimed, JobId, JobInfo, JobState};
 use crate::record::{Event, FLAG_BINARY_PAYLOAD};
+use crate::store::bucket::StoredJob;
 use crate::wheel::TimingWheel;
 
 /// Whether a record is applied by a live call or by replay: replay keeps no timers (they are
@@ -261,6 +262,34 @@ impl State {
                 Ok(())
             }
         }
+    }
+
+    /// The transition of a job read from a bucket file at open: it enters as the records
+    /// folded into the file left it (waiting, or leased by `attempt`), exactly as replay of
+    /// those records would have. Refuses a job already there.
+    pub fn restore(&mut self, job: &StoredJob) -> Result<(), &'static str> {
+        if self.jobs.contains_key(&job.id) {
+            return Err("job restored twice");
+        }
+        if job.leased && job.attempt == 0 {
+            return Err("job leased by attempt 0");
+        }
+        self.insert_scheduled(
+            job.id,
+            job.due_ms,
+            Payload::new(&job.payload),
+            job.flags & FLAG_BINARY_PAYLOAD != 0,
+            false,
+        );
+        let entry = self.jobs.get_mut(&job.id).expect("inserted");
+        entry.attempt = job.attempt;
+        if job.leased {
+            // Replay's `Running` means leased in the log.
+            entry.lease_open = true;
+            entry.state = JobState::Running;
+            self.count(Some(JobState::Scheduled), Some(JobState::Running));
+        }
+        Ok(())
     }
 
     /// A job the log has waiting (not leased): what cancel and reschedule need.

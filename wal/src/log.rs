@@ -122,6 +122,23 @@ impl<F> LogState<F> {
     }
 }
 
+/// One segment of the log, as [`Wal::segments`] lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentInfo {
+    /// Its id (its file name holds it).
+    pub id: u64,
+    /// The LSN of its first record.
+    pub first_lsn: Lsn,
+    /// The LSN of its last record (`first_lsn - 1` when it has none).
+    pub last_lsn: Lsn,
+    /// The file's length.
+    pub file_bytes: u64,
+    /// Bytes written into it so far.
+    pub used_bytes: u64,
+    /// The log rolled past it: its records are durable and never change.
+    pub sealed: bool,
+}
+
 /// One record to append: type, flags, body.
 type Entry<'a> = (u8, u8, &'a [u8]);
 
@@ -314,6 +331,27 @@ impl<S: Storage> Wal<S> {
             })
             .collect();
         Iter::new(views, lsn, log.next_lsn - 1)
+    }
+
+    /// The segments in the log now, oldest first. Every segment but the last is *sealed*: the
+    /// log rolled past it, which made all its records durable and the next segment's header
+    /// too, so its records never change again (until [`Wal::delete_segments_below`] removes
+    /// it). A compactor may fold sealed segments and then delete them.
+    pub fn segments(&self) -> Vec<SegmentInfo> {
+        let log = lock(&self.shared.log);
+        let sealed = log.segments.len() - 1;
+        log.segments
+            .iter()
+            .enumerate()
+            .map(|(i, s)| SegmentInfo {
+                id: s.id,
+                first_lsn: s.first_lsn,
+                last_lsn: s.last_lsn,
+                file_bytes: s.file_bytes,
+                used_bytes: s.end,
+                sealed: i < sealed,
+            })
+            .collect()
     }
 
     /// Deletes whole sealed segments (never the one being appended to) whose records are all

@@ -1,0 +1,494 @@
+//! Bucket files: the live jobs of one hour bucket, as the compactor folded them out of the
+//! journal.
+//!
+//! A bucket is a stack of *runs*, one file each, named `bucket-{bucket:010}-{gen:016}.run`
+//! (the hour bucket, `due_ms / 3_600_000`, and a generation that grows with every file the
+//! compactor writes). A run holds what one compaction pass learnt about the bucket: jobs that
+//! came in (`Put`, sorted by due time, so a load is a sorted bulk insert), jobs that changed
+//! without moving (`Patch`) and jobs that left (`Delete`: finished, or moved to another
+//! bucket). Read oldest run first, they give the bucket's jobs; a merge folds them into one run
+//! of `Put`s only. A run is written whole, synced, and only then named by the manifest, so a
+//! named run is never torn: any damage in one is corruption.
+//!
+//! ```text
+//! header (64 bytes)
+//!   0 magic "TWBUCKET" | 8 version u32 = 1 | 12 header_bytes u32 = 64 | 16 bucket u64
+//!   | 24 generation u64 | 32 covered_lsn u64 | 40 records u64 | 48 body_bytes u64
+//!   | 56 header_crc u32 (crc32 of bytes 0..56) | 60 reserved u32 = 0
+//! records, from offset 64, each padded with zeros to a multiple of 8 bytes
+//!   len u32 (of the body) | crc u32 (of the bytes from kind to the end of the body)
+//!   | kind u8 | flags u8 = 0 | reserved u16 = 0 | body
+//! kind 1  Put     id u64 | due_ms u64 | created_ms u64 | tenant u32 | shard u16 | flags u16
+//!                 | max_attempts u32 | attempt u32 | leased u8 | reserved [u8; 3]
+//!                 | payload_len u32 | payload ...
+//! kind 2  Patch   id u64 | due_ms u64 | attempt u32 | set u8 (1: due, 2: attempt and lease)
+//!                 | leased u8 | reserved u16
+//! kind 3  Delete  id u64
+//! ```
+//!
+//! All integers are little-endian. Reserved fields are zero and read as zero.
+
+use std::collections::BTreeMap;
+
+use crate::job::JobId;
+use crate::record::{put_u64, u16_at, u32_at, u64_at};
+
+/// The magic at the start of every run file.
+pub const RUN_MAGIC: [u8; 8] = *b"TWBUCKET";
+/// The run format version this engine writes and reads.
+pub const RUN_VERSION: u32 = 1;
+/// Bytes of a run's header.
+pub const RUN_HEADER_BYTES: usize = 64;
+const RECORD_HEADER_BYTES: usize = 12;
+
+const KIND_PUT: u8 = 1;
+const KIND_PATCH: u8 = 2;
+const KIND_DELETE: u8 = 3;
+const PUT_FIXED_BYTES: usize = 48;
+const PATCH_BYTES: usize = 24;
+const PATCH_DUE: u8 = 1;
+const PATCH_LEASE: u8 = 2;
+
+/// A job as the store keeps it: its schedule, and where its delivery stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredJob {
+    /// The job.
+    pub id: JobId,
+    /// When it is due (after any reschedule).
+    pub due_ms: u64,
+    /// When it was scheduled.
+    pub created_ms: u64,
+    /// Tenant (0 until tenants exist).
+    pub tenant: u32,
+    /// Shard (0 until shards exist).
+    pub shard: u16,
+    /// The schedule's `FLAG_*` bits.
+    pub flags: u16,
+    /// Attempts allowed (0: the engine default).
+    pub max_attempts: u32,
+    /// The attempt of the newest claim (0: never claimed).
+    pub attempt: u32,
+    /// The newest claim's lease is open in the log (no expiry after it): the job was running.
+    pub leased: bool,
+    /// The payload.
+    pub payload: Vec<u8>,
+}
+
+/// A change of a job that stays in its bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Patch {
+    /// The job.
+    pub id: JobId,
+    /// Its new due time, if it was rescheduled.
+    pub due_ms: Option<u64>,
+    /// Its newest attempt and whether that lease is open, if it was claimed or expired.
+    pub lease: Option<(u32, bool)>,
+}
+
+/// One record of a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// A job came into the bucket.
+    Put(StoredJob),
+    /// A job of the bucket changed.
+    Patch(Patch),
+    /// A job left the bucket.
+    Delete(JobId),
+}
+
+impl Entry {
+    /// The job this entry is about.
+    pub fn id(&self) -> JobId {
+        match self {
+            Entry::Put(j) => j.id,
+            Entry::Patch(p) => p.id,
+            Entry::Delete(id) => *id,
+        }
+    }
+}
+
+/// What a run's header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunHeader {
+    /// The hour bucket.
+    pub bucket: u64,
+    /// The run's generation (unique in the directory).
+    pub generation: u64,
+    /// The journal LSN the pass that wrote it had folded up to.
+    pub covered_lsn: u64,
+    /// Records in the run.
+    pub records: u64,
+    /// Bytes of records after the header.
+    pub body_bytes: u64,
+}
+
+/// Why a run did not decode: where, and what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("at offset {offset}: {what}")]
+pub struct RunError {
+    /// Byte offset in the file.
+    pub offset: u64,
+    /// What was wrong.
+    pub what: &'static str,
+}
+
+/// The file name of a run.
+pub fn run_file_name(bucket: u64, generation: u64) -> String {
+    format!("bucket-{bucket:010}-{generation:016}.run")
+}
+
+/// The bucket and generation a run's file name says, or `None` for any other name.
+pub fn parse_run_file_name(name: &str) -> Option<(u64, u64)> {
+    let rest = name.strip_prefix("bucket-")?.strip_suffix(".run")?;
+    let (b, g) = rest.split_once('-')?;
+    let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|c| c.is_ascii_digit());
+    if !digits(b, 10) || !digits(g, 16) {
+        return None;
+    }
+    Some((b.parse().ok()?, g.parse().ok()?))
+}
+
+fn pad8(n: usize) -> usize {
+    n.div_ceil(8) * 8
+}
+
+/// Encodes a whole run file.
+pub fn encode_run(bucket: u64, generation: u64, covered_lsn: u64, entries: &[Entry]) -> Vec<u8> {
+    let mut body = Vec::new();
+    let mut scratch = Vec::new();
+    for entry in entries {
+        scratch.clear();
+        let kind = match entry {
+            Entry::Put(j) => {
+                put_u64(&mut scratch, j.id.0);
+                put_u64(&mut scratch, j.due_ms);
+                put_u64(&mut scratch, j.created_ms);
+                scratch.extend_from_slice(&j.tenant.to_le_bytes());
+                scratch.extend_from_slice(&j.shard.to_le_bytes());
+                scratch.extend_from_slice(&j.flags.to_le_bytes());
+                scratch.extend_from_slice(&j.max_attempts.to_le_bytes());
+                scratch.extend_from_slice(&j.attempt.to_le_bytes());
+                scratch.extend_from_slice(&[u8::from(j.leased), 0, 0, 0]);
+                let len = u32::try_from(j.payload.len()).expect("payload length checked");
+                scratch.extend_from_slice(&len.to_le_bytes());
+                debug_assert_eq!(scratch.len(), PUT_FIXED_BYTES);
+                scratch.extend_from_slice(&j.payload);
+                KIND_PUT
+            }
+            Entry::Patch(p) => {
+                put_u64(&mut scratch, p.id.0);
+                put_u64(&mut scratch, p.due_ms.unwrap_or(0));
+                let (attempt, leased) = p.lease.unwrap_or((0, false));
+                scratch.extend_from_slice(&attempt.to_le_bytes());
+                let set = if p.due_ms.is_some() { PATCH_DUE } else { 0 }
+                    | if p.lease.is_some() { PATCH_LEASE } else { 0 };
+                scratch.extend_from_slice(&[set, u8::from(leased), 0, 0]);
+                KIND_PATCH
+            }
+            Entry::Delete(id) => {
+                put_u64(&mut scratch, id.0);
+                KIND_DELETE
+            }
+        };
+        let start = body.len();
+        body.extend_from_slice(&(scratch.len() as u32).to_le_bytes());
+        body.extend_from_slice(&[0; 4]);
+        body.extend_from_slice(&[kind, 0, 0, 0]);
+        body.extend_from_slice(&scratch);
+        let crc = crc32fast::hash(&body[start + 8..]);
+        body[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+        body.resize(start + pad8(RECORD_HEADER_BYTES + scratch.len()), 0);
+    }
+    let mut out = Vec::with_capacity(RUN_HEADER_BYTES + body.len());
+    out.extend_from_slice(&RUN_MAGIC);
+    out.extend_from_slice(&RUN_VERSION.to_le_bytes());
+    out.extend_from_slice(&(RUN_HEADER_BYTES as u32).to_le_bytes());
+    put_u64(&mut out, bucket);
+    put_u64(&mut out, generation);
+    put_u64(&mut out, covered_lsn);
+    put_u64(&mut out, entries.len() as u64);
+    put_u64(&mut out, body.len() as u64);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    debug_assert_eq!(out.len(), RUN_HEADER_BYTES);
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Decodes a run's header. Never panics, whatever the bytes.
+pub fn decode_run_header(bytes: &[u8]) -> Result<RunHeader, RunError> {
+    let err = |offset, what| Err(RunError { offset, what });
+    if bytes.len() < RUN_HEADER_BYTES {
+        return err(0, "file shorter than a run header");
+    }
+    if bytes[..8] != RUN_MAGIC {
+        return err(0, "not a bucket run (bad magic)");
+    }
+    if crc32fast::hash(&bytes[..56]) != u32_at(bytes, 56) {
+        return err(56, "run header checksum mismatch");
+    }
+    if u32_at(bytes, 8) != RUN_VERSION {
+        return err(8, "unknown run format version");
+    }
+    if u32_at(bytes, 12) as usize != RUN_HEADER_BYTES || u32_at(bytes, 60) != 0 {
+        return err(12, "unexpected run header layout");
+    }
+    let header = RunHeader {
+        bucket: u64_at(bytes, 16),
+        generation: u64_at(bytes, 24),
+        covered_lsn: u64_at(bytes, 32),
+        records: u64_at(bytes, 40),
+        body_bytes: u64_at(bytes, 48),
+    };
+    if header.body_bytes != (bytes.len() - RUN_HEADER_BYTES) as u64 {
+        return err(48, "run length does not match its header");
+    }
+    Ok(header)
+}
+
+/// Decodes a whole run file. Never panics, whatever the bytes.
+pub fn decode_run(bytes: &[u8]) -> Result<(RunHeader, Vec<Entry>), RunError> {
+    let header = decode_run_header(bytes)?;
+    let mut entries = Vec::new();
+    let mut at = RUN_HEADER_BYTES;
+    while at < bytes.len() {
+        let err = |what| RunError {
+            offset: at as u64,
+            what,
+        };
+        if bytes.len() - at < RECORD_HEADER_BYTES {
+            return Err(err("record header cut short"));
+        }
+        let len = u32_at(bytes, at) as usize;
+        let end = at
+            .checked_add(RECORD_HEADER_BYTES)
+            .and_then(|e| e.checked_add(len))
+            .filter(|&e| e <= bytes.len())
+            .ok_or_else(|| err("record runs past the end of the file"))?;
+        if crc32fast::hash(&bytes[at + 8..end]) != u32_at(bytes, at + 4) {
+            return Err(err("record checksum mismatch"));
+        }
+        let padded = at + pad8(RECORD_HEADER_BYTES + len);
+        if padded > bytes.len() || bytes[end..padded].iter().any(|&b| b != 0) {
+            return Err(err("bad record padding"));
+        }
+        if bytes[at + 9] != 0 || u16_at(bytes, at + 10) != 0 {
+            return Err(err("reserved record field is not zero"));
+        }
+        let body = &bytes[at + RECORD_HEADER_BYTES..end];
+        let entry = match bytes[at + 8] {
+            KIND_PUT => {
+                if body.len() < PUT_FIXED_BYTES
+                    || body.len() - PUT_FIXED_BYTES != u32_at(body, 44) as usize
+                {
+                    return Err(err("put record length does not match its payload"));
+                }
+                if body[40] > 1 || body[41..44] != [0, 0, 0] {
+                    return Err(err("put record has bad lease or reserved bytes"));
+                }
+                Entry::Put(StoredJob {
+                    id: JobId(u64_at(body, 0)),
+                    due_ms: u64_at(body, 8),
+                    created_ms: u64_at(body, 16),
+                    tenant: u32_at(body, 24),
+                    shard: u16_at(body, 28),
+                    flags: u16_at(body, 30),
+                    max_attempts: u32_at(body, 32),
+                    attempt: u32_at(body, 36),
+                    leased: body[40] == 1,
+                    payload: body[PUT_FIXED_BYTES..].to_vec(),
+                })
+            }
+            KIND_PATCH => {
+                let set = body.get(20).copied().unwrap_or(0);
+                if body.len() != PATCH_BYTES
+                    || set == 0
+                    || set & !(PATCH_DUE | PATCH_LEASE) != 0
+                    || body[21] > 1
+                    || u16_at(body, 22) != 0
+                {
+                    return Err(err("bad patch record"));
+                }
+                Entry::Patch(Patch {
+                    id: JobId(u64_at(body, 0)),
+                    due_ms: (set & PATCH_DUE != 0).then(|| u64_at(body, 8)),
+                    lease: (set & PATCH_LEASE != 0).then(|| (u32_at(body, 16), body[21] == 1)),
+                })
+            }
+            KIND_DELETE if body.len() == 8 => Entry::Delete(JobId(u64_at(body, 0))),
+            _ => return Err(err("unknown run record kind")),
+        };
+        entries.push(entry);
+        at = padded;
+    }
+    if entries.len() as u64 != header.records {
+        return Err(RunError {
+            offset: 40,
+            what: "record count does not match the header",
+        });
+    }
+    Ok((header, entries))
+}
+
+/// Applies a run's entries to the jobs of the runs before it. Refuses (naming the job) an
+/// entry the compactor could not have written: a put of a job already there, a patch or
+/// delete of one that is not.
+pub fn apply_run(jobs: &mut BTreeMap<JobId, StoredJob>, entries: Vec<Entry>) -> Result<(), JobId> {
+    for entry in entries {
+        let id = entry.id();
+        match entry {
+            Entry::Put(job) => {
+                if jobs.insert(id, job).is_some() {
+                    return Err(id);
+                }
+            }
+            Entry::Patch(p) => {
+                let job = jobs.get_mut(&id).ok_or(id)?;
+                if let Some(due_ms) = p.due_ms {
+                    job.due_ms = due_ms;
+                }
+                if let Some((attempt, leased)) = p.lease {
+                    job.attempt = attempt;
+                    job.leased = leased;
+                }
+            }
+            Entry::Delete(_) => {
+                jobs.remove(&id).ok_or(id)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The entries of a merged run: every job a `Put`, in due order (ties in id order).
+pub fn merged_entries(jobs: BTreeMap<JobId, StoredJob>) -> Vec<Entry> {
+    let mut puts: Vec<StoredJob> = jobs.into_values().collect();
+    puts.sort_by_key(|j| (j.due_ms, j.id));
+    puts.into_iter().map(Entry::Put).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: u64, due_ms: u64, payload: &[u8]) -> StoredJob {
+        StoredJob {
+            id: JobId(id),
+            due_ms,
+            created_ms: 7,
+            tenant: 0,
+            shard: 0,
+            flags: 1,
+            max_attempts: 0,
+            attempt: 2,
+            leased: true,
+            payload: payload.to_vec(),
+        }
+    }
+
+    #[test]
+    fn golden_bytes_of_a_small_run() {
+        let entries = vec![
+            Entry::Put(job(0x0102, 0x0a0b, b"hi")),
+            Entry::Patch(Patch {
+                id: JobId(3),
+                due_ms: Some(9),
+                lease: None,
+            }),
+            Entry::Delete(JobId(4)),
+        ];
+        let bytes = encode_run(5, 6, 8, &entries);
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let expected = concat!(
+            // header
+            "54574255434b4554", "01000000", "40000000", "0500000000000000",
+            "0600000000000000", "0800000000000000", "0300000000000000", "8000000000000000",
+            "5384cab0", "00000000",
+            // put: len 50, crc, kind 1, body, 2 payload bytes, padded from 62 to 64
+            "32000000", "3f600d3f", "01000000",
+            "0201000000000000", "0b0a000000000000", "0700000000000000", "00000000", "0000",
+            "0100", "00000000", "02000000", "01000000", "02000000", "6869", "0000",
+            // patch: len 24
+            "18000000", "404dc2be", "02000000",
+            "0300000000000000", "0900000000000000", "00000000", "01000000", "00000000", // padded from 36 to 40
+            // delete: len 8
+            "08000000", "651a0188", "03000000", "0400000000000000", "00000000",
+        );
+        assert_eq!(hex, expected);
+        let (header, decoded) = decode_run(&bytes).unwrap();
+        assert_eq!(
+            header,
+            RunHeader {
+                bucket: 5,
+                generation: 6,
+                covered_lsn: 8,
+                records: 3,
+                body_bytes: bytes.len() as u64 - 64,
+            }
+        );
+        assert_eq!(decoded, entries);
+    }
+
+    #[test]
+    fn every_flipped_byte_is_refused() {
+        let entries = vec![
+            Entry::Put(job(1, 10, b"payload")),
+            Entry::Delete(JobId(2)),
+        ];
+        let bytes = encode_run(1, 2, 3, &entries);
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x40;
+            // Only the unused reserved word of the header is not covered by a checksum, and
+            // it must read as zero.
+            assert!(decode_run(&b).is_err(), "flip at {i} went unnoticed");
+        }
+        for cut in 0..bytes.len() {
+            assert!(decode_run(&bytes[..cut]).is_err(), "cut at {cut} went unnoticed");
+        }
+    }
+
+    #[test]
+    fn runs_stack_and_merge_in_due_order() {
+        let mut jobs = BTreeMap::new();
+        apply_run(
+            &mut jobs,
+            vec![
+                Entry::Put(job(1, 30, b"a")),
+                Entry::Put(job(2, 10, b"b")),
+                Entry::Put(job(3, 20, b"c")),
+            ],
+        )
+        .unwrap();
+        apply_run(
+            &mut jobs,
+            vec![
+                Entry::Delete(JobId(2)),
+                Entry::Patch(Patch {
+                    id: JobId(1),
+                    due_ms: Some(5),
+                    lease: Some((3, false)),
+                }),
+            ],
+        )
+        .unwrap();
+        let merged = merged_entries(jobs.clone());
+        let order: Vec<u64> = merged.iter().map(|e| e.id().0).collect();
+        assert_eq!(order, [1, 3]);
+        assert_eq!(jobs[&JobId(1)].attempt, 3);
+        assert!(!jobs[&JobId(1)].leased);
+        assert_eq!(apply_run(&mut jobs, vec![Entry::Delete(JobId(2))]), Err(JobId(2)));
+        assert_eq!(apply_run(&mut jobs, vec![Entry::Put(job(3, 1, b""))]), Err(JobId(3)));
+    }
+
+    #[test]
+    fn file_names_round_trip_and_others_are_not_runs() {
+        let name = run_file_name(491_234, 7);
+        assert_eq!(name, "bucket-0000491234-0000000000000007.run");
+        assert_eq!(parse_run_file_name(&name), Some((491_234, 7)));
+        for other in ["MANIFEST", "0000000000000001.wal", "bucket-1-2.run", "bucket-0000491234-0000000000000007.run.tmp"] {
+            assert_eq!(parse_run_file_name(other), None, "{other}");
+        }
+    }
+}

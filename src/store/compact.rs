@@ -1,0 +1,428 @@
+//! One compaction pass: sealed journal segments folded into hour-bucket runs.
+//!
+//! The pass reads only sealed segments (durable, immutable) and the runs already written, and
+//! writes only new files, so it holds no lock the engine's calls or its timer need. Its steps,
+//! each crash-safe because nothing is deleted before the manifest that no longer needs it is
+//! durable:
+//! 1. Read the records after the manifest's LSN, up to the end of the last sealed segment it
+//!    folds, and net them per job: a job scheduled and finished within the pass never reaches
+//!    a bucket; a job changed in place becomes a `Patch`; a finished one a `Delete`; one
+//!    rescheduled into another hour a `Delete` in its old bucket and a `Put` in the new one.
+//! 2. Write one new run per bucket touched (synced), or, for a bucket with too many runs or no
+//!    jobs left, merge its runs into one (or into none: the bucket is dropped whole).
+//! 3. Replace the manifest (temporary file, sync, rename, directory sync).
+//! 4. Remove the runs the new manifest no longer names, then the folded journal segments.
+//!
+//! A crash before step 3 leaves files no manifest names (removed at the next open); after it,
+//! files the manifest no longer needs (removed by the next pass or the next open).
+//!
+//! The pass trusts the journal's meaning: every record in it was accepted by the one state
+//! machine, live and at every open since. It checks what it can (a change of a job no bucket
+//! holds, a run that does not stack) and refuses, rather than guess, with `CorruptedStore`.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use timewheel_wal::format::FLAG_SKIPPABLE;
+use timewheel_wal::storage::Storage;
+use timewheel_wal::{Lsn, Wal};
+
+use super::bucket::{Entry, Patch, StoredJob, apply_run, encode_run, merged_entries, run_file_name};
+use super::manifest::{Manifest, RunRef};
+use super::{Locator, bucket_of, corrupted, home_bucket, load_bucket, replace_manifest, write_new};
+use crate::error::{Error, Result};
+use crate::job::JobId;
+use crate::record::Event;
+use crate::stats::CompactionReport;
+
+/// Limits of one pass.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Sealed segments folded at most.
+    pub segments_max: usize,
+    /// A bucket with more runs than this is merged into one.
+    pub runs_max: usize,
+}
+
+/// Where a job the pass saw stands at its end.
+enum Track {
+    /// Scheduled within the pass, still live: all of it is here.
+    New { job: StoredJob, home: u64, target: u64 },
+    /// Held by a bucket before the pass; what changed.
+    Old {
+        bucket: u64,
+        due_ms: Option<u64>,
+        lease: Option<(u32, bool)>,
+        finished: bool,
+    },
+}
+
+/// What the pass writes into one bucket.
+#[derive(Default)]
+struct Delta {
+    puts: Vec<StoredJob>,
+    patches: Vec<Patch>,
+    deletes: Vec<JobId>,
+}
+
+impl Delta {
+    fn into_entries(mut self) -> Vec<Entry> {
+        self.puts.sort_by_key(|j| (j.due_ms, j.id));
+        self.patches.sort_by_key(|p| p.id);
+        self.deletes.sort_unstable();
+        let mut out = Vec::with_capacity(self.puts.len() + self.patches.len() + self.deletes.len());
+        out.extend(self.puts.into_iter().map(Entry::Put));
+        out.extend(self.patches.into_iter().map(Entry::Patch));
+        out.extend(self.deletes.into_iter().map(Entry::Delete));
+        out
+    }
+}
+
+/// The end of the newest sealed segment a pass over `manifest` may fold, or `None` when no
+/// sealed segment holds records after it.
+pub(crate) fn fold_point<S: Storage>(wal: &Wal<S>, manifest: &Manifest, limits: Limits) -> Option<Lsn> {
+    wal.segments()
+        .iter()
+        .filter(|s| s.sealed && s.last_lsn > manifest.covered_lsn)
+        .take(limits.segments_max)
+        .map(|s| s.last_lsn)
+        .last()
+}
+
+/// Runs one pass over `manifest` (the durable one) folding the journal up to `fold_to`.
+/// Returns the new manifest, durable, and what the pass did. On `Err` the durable manifest is
+/// `manifest` or, if the error struck while replacing it, perhaps the new one: the caller must
+/// not run another pass until an open has read which.
+pub(crate) fn pass<S: Storage>(
+    wal: &Wal<S>,
+    manifest: &Manifest,
+    fold_to: Lsn,
+    limits: Limits,
+) -> std::result::Result<(Manifest, CompactionReport), PassError> {
+    let started = Instant::now();
+    let storage = wal.storage();
+    let mut report = CompactionReport::default();
+    let mut written = Vec::new();
+    let (next, doomed) = match fold(wal, manifest, fold_to, limits, &mut report, &mut written) {
+        Ok(planned) => planned,
+        Err(error) => {
+            // Nothing names the runs written so far: remove them now if we can (the next
+            // open removes them otherwise). The durable manifest is still `manifest`.
+            for name in &written {
+                let _ = storage.remove(name);
+            }
+            let _ = storage.sync_dir();
+            return Err(PassError {
+                error,
+                manifest_known: true,
+            });
+        }
+    };
+    let unknown = |error: Error| PassError {
+        error,
+        manifest_known: false,
+    };
+    // 4. The manifest, then what it no longer needs.
+    replace_manifest(storage, &next).map_err(|e| unknown(e.into()))?;
+    for (bucket, run) in &doomed {
+        storage
+            .remove(&run_file_name(*bucket, run.generation))
+            .map_err(|e| unknown(e.into()))?;
+        report.runs_removed += 1;
+        report.run_bytes_removed += run.bytes;
+    }
+    if !doomed.is_empty() {
+        storage.sync_dir().map_err(|e| unknown(e.into()))?;
+    }
+    let before = wal.segments();
+    let deleted = wal
+        .delete_segments_below(fold_to + 1)
+        .map_err(|e| unknown(e.into()))?;
+    report.segments_deleted = deleted as u64;
+    report.journal_bytes_deleted = before.iter().take(deleted).map(|s| s.file_bytes).sum();
+    report.elapsed = started.elapsed();
+    Ok((next, report))
+}
+
+/// A pass that failed, and whether the durable manifest is still the one it started from
+/// (then another pass may run; otherwise only an open can tell which manifest is durable).
+#[derive(Debug)]
+pub(crate) struct PassError {
+    pub error: Error,
+    pub manifest_known: bool,
+}
+
+/// Steps 1 to 3: the new manifest (not yet written), and the runs it no longer names.
+fn fold<S: Storage>(
+    wal: &Wal<S>,
+    manifest: &Manifest,
+    fold_to: Lsn,
+    limits: Limits,
+    report: &mut CompactionReport,
+    written: &mut Vec<String>,
+) -> Result<(Manifest, Vec<(u64, RunRef)>)> {
+    let storage = wal.storage();
+    let mut next = manifest.clone();
+    next.generation += 1;
+    next.covered_lsn = fold_to;
+    let locator = Locator::new(manifest).map_err(|(a, b)| collision(a, b))?;
+
+    // 1. Net the records per job.
+    let mut tracks: BTreeMap<JobId, Track> = BTreeMap::new();
+    let mut iter = wal.iter_from(manifest.covered_lsn + 1);
+    while let Some(record) = iter.next_ref() {
+        let record = record?;
+        if record.lsn > fold_to {
+            break;
+        }
+        report.records += 1;
+        let refuse = |reason: String| Error::UndecodableRecord {
+            lsn: record.lsn,
+            reason,
+        };
+        let event = match Event::decode(record.record_type, record.body) {
+            Ok(event) => event,
+            Err(_) if record.flags & FLAG_SKIPPABLE != 0 => continue,
+            Err(e) => return Err(refuse(e.to_string())),
+        };
+        let lsn = record.lsn;
+        match event {
+            Event::ReserveIds { up_to } => next.ids_reserved = up_to,
+            Event::Schedule(s) => {
+                next.ids_last = s.id.seq();
+                let home = home_bucket(s.due_ms, s.created_ms);
+                let job = StoredJob {
+                    id: s.id,
+                    due_ms: s.due_ms,
+                    created_ms: s.created_ms,
+                    tenant: s.tenant,
+                    shard: s.shard,
+                    flags: s.flags,
+                    max_attempts: s.max_attempts,
+                    attempt: 0,
+                    leased: false,
+                    payload: s.payload.to_vec(),
+                };
+                let before = tracks.insert(
+                    s.id,
+                    Track::New {
+                        job,
+                        home,
+                        target: home,
+                    },
+                );
+                if before.is_some() {
+                    return Err(refuse(format!("job {} scheduled twice", s.id)));
+                }
+            }
+            Event::Cancel { id } | Event::Complete { id, .. } | Event::Fail { id, .. } => {
+                match &event {
+                    Event::Cancel { .. } => next.cancelled += 1,
+                    Event::Complete { .. } => next.completed += 1,
+                    _ => next.failed += 1,
+                }
+                match track(&mut tracks, &locator, manifest, id, lsn)? {
+                    Track::New { .. } => drop(tracks.remove(&id)),
+                    Track::Old { finished, .. } => *finished = true,
+                }
+            }
+            Event::Claim { id, attempt, .. } => set_lease(track(&mut tracks, &locator, manifest, id, lsn)?, attempt, true),
+            Event::Expire { id, attempt } => set_lease(track(&mut tracks, &locator, manifest, id, lsn)?, attempt, false),
+            Event::Reschedule { id, due_ms } => match track(&mut tracks, &locator, manifest, id, lsn)? {
+                Track::New { job, target, .. } => {
+                    job.due_ms = due_ms;
+                    *target = bucket_of(due_ms);
+                }
+                Track::Old { due_ms: d, .. } => *d = Some(due_ms),
+            },
+        }
+    }
+    drop(iter);
+
+    // 2. What each bucket gets.
+    let mut deltas: BTreeMap<u64, Delta> = BTreeMap::new();
+    // Jobs moving out of an old bucket into another: (new bucket, patch) by old bucket.
+    let mut moving: BTreeMap<u64, Vec<(u64, Patch)>> = BTreeMap::new();
+    for (id, track) in tracks {
+        match track {
+            Track::New { job, home, target } => {
+                if target != home {
+                    place_moved(&mut next, id, target);
+                }
+                deltas.entry(target).or_default().puts.push(job);
+            }
+            Track::Old {
+                bucket, finished, ..
+            } if finished => {
+                next.moved.remove(&id);
+                deltas.entry(bucket).or_default().deletes.push(id);
+            }
+            Track::Old {
+                bucket,
+                due_ms,
+                lease,
+                ..
+            } => {
+                let patch = Patch { id, due_ms, lease };
+                match due_ms.map(bucket_of) {
+                    Some(target) if target != bucket => {
+                        next.moved.remove(&id);
+                        if target % (1 << JobId::BUCKET_BITS) != id.bucket_residue() {
+                            place_moved(&mut next, id, target);
+                        }
+                        deltas.entry(bucket).or_default().deletes.push(id);
+                        moving.entry(bucket).or_default().push((target, patch));
+                    }
+                    _ => deltas.entry(bucket).or_default().patches.push(patch),
+                }
+            }
+        }
+    }
+    for (bucket, moves) in moving {
+        let entry = manifest.buckets.get(&bucket).expect("located in a live bucket");
+        let mut jobs = load_bucket(storage, bucket, entry)?;
+        for (target, patch) in moves {
+            let mut job = jobs.remove(&patch.id).ok_or_else(|| {
+                corrupted(
+                    run_file_name(bucket, 0),
+                    0,
+                    format!("job {} is not in the bucket that should hold it", patch.id),
+                )
+            })?;
+            if let Some(due_ms) = patch.due_ms {
+                job.due_ms = due_ms;
+            }
+            if let Some((attempt, leased)) = patch.lease {
+                job.attempt = attempt;
+                job.leased = leased;
+            }
+            deltas.entry(target).or_default().puts.push(job);
+        }
+    }
+
+    // 3. Write the runs.
+    let mut doomed: Vec<(u64, RunRef)> = Vec::new();
+    for (bucket, delta) in deltas {
+        let mut entry = next.buckets.get(&bucket).cloned().unwrap_or_default();
+        let gained = delta.puts.len() as u64;
+        let lost = delta.deletes.len() as u64;
+        let jobs_after = (entry.jobs + gained).checked_sub(lost).ok_or_else(|| {
+            corrupted(
+                run_file_name(bucket, 0),
+                0,
+                "the journal finishes more jobs than the bucket holds",
+            )
+        })?;
+        let min_due = delta
+            .puts
+            .iter()
+            .map(|j| j.due_ms)
+            .chain(delta.patches.iter().filter_map(|p| p.due_ms))
+            .min();
+        let merge = jobs_after == 0 || entry.runs.len() + 1 > limits.runs_max;
+        let entries = delta.into_entries();
+        let (entries, min_due_ms) = if merge {
+            let mut jobs = load_bucket(storage, bucket, &entry)?;
+            apply_run(&mut jobs, entries).map_err(|id| {
+                corrupted(
+                    run_file_name(bucket, 0),
+                    0,
+                    format!("the journal changes job {id} in a bucket that does not hold it"),
+                )
+            })?;
+            assert_eq!(jobs.len() as u64, jobs_after, "a merge counts what it stacks");
+            let min = jobs.values().map(|j| j.due_ms).min();
+            doomed.extend(entry.runs.drain(..).map(|r| (bucket, r)));
+            report.buckets_merged += u64::from(jobs_after > 0);
+            report.buckets_dropped += u64::from(jobs_after == 0);
+            (merged_entries(jobs), min.unwrap_or(0))
+        } else {
+            let min = match (entry.runs.is_empty(), min_due) {
+                (true, m) => m.unwrap_or(0),
+                (false, Some(m)) => m.min(entry.min_due_ms),
+                (false, None) => entry.min_due_ms,
+            };
+            (entries, min)
+        };
+        if entries.is_empty() {
+            next.buckets.remove(&bucket);
+            continue;
+        }
+        let generation = next.next_run;
+        next.next_run += 1;
+        let bytes = encode_run(bucket, generation, fold_to, &entries);
+        let name = run_file_name(bucket, generation);
+        written.push(name.clone());
+        write_new(storage, &name, &bytes)?;
+        report.runs_written += 1;
+        report.bytes_written += bytes.len() as u64;
+        entry.runs.push(RunRef {
+            generation,
+            bytes: bytes.len() as u64,
+            records: entries.len() as u64,
+        });
+        entry.jobs = jobs_after;
+        entry.min_due_ms = min_due_ms;
+        next.buckets.insert(bucket, entry);
+    }
+    next.moved.retain(|_, b| next.buckets.contains_key(b));
+    Locator::new(&next).map_err(|(a, b)| collision(a, b))?;
+
+    // The runs' directory entries, before a manifest names them.
+    storage.sync_dir()?;
+    Ok((next, doomed))
+}
+
+/// The track of job `id`, started from the bucket that holds it if the pass has not seen it.
+fn track<'t>(
+    tracks: &'t mut BTreeMap<JobId, Track>,
+    locator: &Locator,
+    manifest: &Manifest,
+    id: JobId,
+    lsn: Lsn,
+) -> Result<&'t mut Track> {
+    if !tracks.contains_key(&id) {
+        let bucket = locator
+            .locate(manifest, id)
+            .ok_or_else(|| Error::UndecodableRecord {
+                lsn,
+                reason: format!("change of job {id}, which no bucket holds"),
+            })?;
+        tracks.insert(
+            id,
+            Track::Old {
+                bucket,
+                due_ms: None,
+                lease: None,
+                finished: false,
+            },
+        );
+    }
+    Ok(tracks.get_mut(&id).expect("inserted"))
+}
+
+fn set_lease(track: &mut Track, attempt: u32, leased: bool) {
+    match track {
+        Track::New { job, .. } => {
+            job.attempt = attempt;
+            job.leased = leased;
+        }
+        Track::Old { lease, .. } => *lease = Some((attempt, leased)),
+    }
+}
+
+/// Records that `id` lives in `bucket`, not in the home bucket its id names.
+fn place_moved(manifest: &mut Manifest, id: JobId, bucket: u64) {
+    manifest.moved.insert(id, bucket);
+}
+
+fn collision(a: u64, b: u64) -> Error {
+    corrupted(
+        super::manifest::MANIFEST_NAME,
+        0,
+        format!(
+            "live buckets {a} and {b} are 2^20 hours apart: job ids can not tell them apart \
+             (a job has been live for over 19 years past its due time)"
+        ),
+    )
+}
