@@ -14,9 +14,14 @@ use timewheel::{Engine, Error, JobId, ManualClock};
 use timewheel_wal::testing::FaultDisk;
 use timewheel_wal::{Wal, WalOptions};
 
-fn schedule(id: u64) -> Event<'static> {
+/// The `n`-th job's id: its sequence number, with its home hour bucket (T0's) in the low bits.
+fn id(n: u64) -> JobId {
+    JobId(n << JobId::BUCKET_BITS | (T0 / 3_600_000) % (1 << JobId::BUCKET_BITS))
+}
+
+fn schedule(n: u64) -> Event<'static> {
     Event::Schedule(ScheduleRecord {
-        id: JobId(id),
+        id: id(n),
         due_ms: T0,
         created_ms: T0,
         tenant: 0,
@@ -27,9 +32,9 @@ fn schedule(id: u64) -> Event<'static> {
     })
 }
 
-fn claim(id: u64, attempt: u32) -> Event<'static> {
+fn claim(n: u64, attempt: u32) -> Event<'static> {
     Event::Claim {
-        id: JobId(id),
+        id: id(n),
         attempt,
         lease_until_ms: T0 + 1_000,
     }
@@ -79,25 +84,25 @@ fn what_the_live_engine_writes_replays() {
             schedule(1),
             claim(1, 1),
             Event::Expire {
-                id: JobId(1),
+                id: id(1),
                 attempt: 1,
             },
             claim(1, 2),
             schedule(2),
             claim(2, 1),
             Event::Complete {
-                id: JobId(2),
+                id: id(2),
                 attempt: 1,
             },
             schedule(3),
-            Event::Cancel { id: JobId(3) },
+            Event::Cancel { id: id(3) },
         ],
         &[],
     )
     .expect("a live engine's log replays");
-    let job = engine.get(JobId(1)).expect("job 1 is live");
+    let job = engine.get(id(1)).expect("job 1 is live");
     assert_eq!(job.attempt, 2, "interrupted at attempt 2");
-    assert!(engine.get(JobId(2)).is_none() && engine.get(JobId(3)).is_none());
+    assert!(engine.get(id(2)).is_none() && engine.get(id(3)).is_none());
     assert_eq!(engine.recovery().interrupted, 1);
 }
 
@@ -108,12 +113,12 @@ fn a_cancel_or_reschedule_of_a_leased_job_is_refused() {
             RESERVE,
             schedule(1),
             claim(1, 1),
-            Event::Cancel { id: JobId(1) }
+            Event::Cancel { id: id(1) }
         ]),
         4
     );
     let moved = Event::Reschedule {
-        id: JobId(1),
+        id: id(1),
         due_ms: T0 + 5,
     };
     assert_eq!(refused_at(&[RESERVE, schedule(1), claim(1, 1), moved]), 4);
@@ -129,7 +134,7 @@ fn a_claim_must_be_the_previous_attempt_plus_one_of_a_waiting_job() {
     );
     assert_eq!(refused_at(&[RESERVE, claim(9, 1)]), 2, "unknown job");
     let stale_finish = Event::Complete {
-        id: JobId(1),
+        id: id(1),
         attempt: 1,
     };
     assert_eq!(
@@ -145,6 +150,15 @@ fn ids_must_be_reserved_and_increasing() {
     assert_eq!(refused_at(&[RESERVE, schedule(5), schedule(4)]), 3);
     assert_eq!(refused_at(&[RESERVE, schedule(101)]), 2);
     assert_eq!(refused_at(&[RESERVE, RESERVE]), 2);
+    let Event::Schedule(mut elsewhere) = schedule(1) else {
+        unreachable!()
+    };
+    elsewhere.id = JobId(elsewhere.id.0 + 1);
+    assert_eq!(
+        refused_at(&[RESERVE, Event::Schedule(elsewhere)]),
+        2,
+        "an id that does not name the job's home bucket"
+    );
 }
 
 #[test]
@@ -152,7 +166,7 @@ fn unknown_records_are_skipped_only_when_marked_skippable() {
     let skippable = (0xE0, timewheel_wal::format::FLAG_SKIPPABLE, vec![1, 2, 3]);
     let engine = open_log(&[RESERVE, schedule(1)], &[skippable]).expect("skipped");
     assert_eq!(engine.recovery().skipped, 1);
-    assert!(engine.get(JobId(1)).is_some());
+    assert!(engine.get(id(1)).is_some());
     drop(engine);
     match open_log(&[RESERVE, schedule(1)], &[(0xE0, 0, vec![1, 2, 3])]) {
         Err(Error::UndecodableRecord { lsn: 3, .. }) => {}

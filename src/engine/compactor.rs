@@ -77,6 +77,11 @@ impl Shared {
             }
             Err(failed) => {
                 let why = failed.error.to_string();
+                if crate::store::is_sync_failure(&failed.error) {
+                    // Nothing is acknowledged after a failed sync, of the journal or beside it.
+                    self.wal.poison();
+                    tracing::error!(error = %why, "a compaction sync failed; the engine is poisoned");
+                }
                 if failed.manifest_known {
                     tracing::warn!(error = %why, "compaction failed; it is retried later");
                 } else {

@@ -29,7 +29,9 @@ use timewheel_wal::{Lsn, Wal};
 
 use super::bucket::{Entry, Patch, StoredJob, apply_run, encode_run, merged_entries, run_file_name};
 use super::manifest::{Manifest, RunRef};
-use super::{Locator, bucket_of, corrupted, home_bucket, load_bucket, replace_manifest, write_new};
+use super::{
+    Locator, bucket_of, corrupted, home_bucket, load_bucket, replace_manifest, sync_dir, write_new,
+};
 use crate::error::{Error, Result};
 use crate::job::JobId;
 use crate::record::Event;
@@ -111,7 +113,11 @@ pub(crate) fn pass<S: Storage>(
             for name in &written {
                 let _ = storage.remove(name);
             }
-            let _ = storage.sync_dir();
+            // A failed sync here must poison like any other (the caller tells by the error).
+            let error = match sync_dir(storage) {
+                Err(e) if !super::is_sync_failure(&error) => Error::Io(e),
+                _ => error,
+            };
             return Err(PassError {
                 error,
                 manifest_known: true,
@@ -132,7 +138,7 @@ pub(crate) fn pass<S: Storage>(
         report.run_bytes_removed += run.bytes;
     }
     if !doomed.is_empty() {
-        storage.sync_dir().map_err(|e| unknown(e.into()))?;
+        sync_dir(storage).map_err(|e| unknown(e.into()))?;
     }
     let before = wal.segments();
     let deleted = wal
@@ -369,7 +375,7 @@ fn fold<S: Storage>(
     Locator::new(&next).map_err(|(a, b)| collision(a, b))?;
 
     // The runs' directory entries, before a manifest names them.
-    storage.sync_dir()?;
+    sync_dir(storage)?;
     Ok((next, doomed))
 }
 

@@ -46,6 +46,28 @@ fn corrupted(file: impl Into<String>, offset: u64, reason: impl Into<String>) ->
     }
 }
 
+/// Marks an I/O error as a failed sync: after one, nothing may be acknowledged (the engine
+/// poisons its journal too).
+#[derive(Debug)]
+pub(crate) struct SyncFailed(io::Error);
+
+impl std::fmt::Display for SyncFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "sync failed: {}", self.0)
+    }
+}
+
+impl std::error::Error for SyncFailed {}
+
+fn synced(r: io::Result<()>) -> io::Result<()> {
+    r.map_err(|e| io::Error::new(e.kind(), SyncFailed(e)))
+}
+
+/// Whether `e` is (or wraps) a failed sync of the store's files.
+pub(crate) fn is_sync_failure(e: &Error) -> bool {
+    matches!(e, Error::Io(io) if io.get_ref().is_some_and(|inner| inner.is::<SyncFailed>()))
+}
+
 /// Reads a whole file.
 fn read_whole<S: Storage>(storage: &S, name: &str) -> io::Result<Vec<u8>> {
     let file = storage.open(name)?;
@@ -60,7 +82,7 @@ fn read_whole<S: Storage>(storage: &S, name: &str) -> io::Result<Vec<u8>> {
 fn write_new<S: Storage>(storage: &S, name: &str, bytes: &[u8]) -> io::Result<()> {
     let file = storage.create(name, bytes.len() as u64)?;
     file.write_at(0, bytes)?;
-    file.sync_range(0, bytes.len() as u64)
+    synced(file.sync_range(0, bytes.len() as u64))
 }
 
 /// Replaces the manifest atomically: the temporary file, synced, renamed over the old one, and
@@ -74,7 +96,12 @@ fn replace_manifest<S: Storage>(storage: &S, manifest: &Manifest) -> io::Result<
     }
     write_new(storage, MANIFEST_TMP_NAME, &manifest.encode())?;
     storage.rename(MANIFEST_TMP_NAME, MANIFEST_NAME)?;
-    storage.sync_dir()
+    synced(storage.sync_dir())
+}
+
+/// Syncs the directory, marking a failure as a failed sync.
+pub(crate) fn sync_dir<S: Storage>(storage: &S) -> io::Result<()> {
+    synced(storage.sync_dir())
 }
 
 /// Opens the store of a directory whose journal is open: reads the manifest (none yet: the

@@ -51,6 +51,8 @@ pub enum Op {
     CloseReopen,
     /// Drop the engine (its drop syncs, maybe into armed faults), reopen on the same disk.
     DropReopen,
+    /// One compaction pass (`Engine::compact`): sealed segments folded into bucket files.
+    Compact,
     /// A power cut with these faults, then recovery on the crashed disk.
     Crash {
         opts: CrashOptions,
@@ -161,6 +163,7 @@ pub fn next(rng: &mut SimRng, v: &View<'_>) -> Op {
         2,  // close + reopen
         1,  // drop + reopen
         4,  // crash
+        4,  // compact
     ];
     match weighted(rng, &weights) {
         0 => Op::Schedule(spec(rng, v.now_ms)),
@@ -197,7 +200,8 @@ pub fn next(rng: &mut SimRng, v: &View<'_>) -> Op {
         12 => Op::ArmEnospc(rng.chance(0.5)),
         13 => Op::CloseReopen,
         14 => Op::DropReopen,
-        _ => crash(rng, v.corruption_chance),
+        15 => crash(rng, v.corruption_chance),
+        _ => Op::Compact,
     }
 }
 

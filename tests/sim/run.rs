@@ -125,7 +125,9 @@ fn short(e: &Error) -> &'static str {
         Error::Poisoned => "poisoned",
         Error::Io(_) => "io",
         Error::NoSpace { .. } => "nospace",
-        Error::Corrupted { .. } | Error::UndecodableRecord { .. } => "corrupted",
+        Error::Corrupted { .. }
+        | Error::CorruptedStore { .. }
+        | Error::UndecodableRecord { .. } => "corrupted",
         Error::Locked => "locked",
         _ => "other",
     }
@@ -316,6 +318,22 @@ impl Sim {
                 self.model.set_clock(ms);
                 self.trace.event(&[50, ms]);
             }
+            Op::Compact => {
+                // Invisible to the model: what the engine holds and reports must not change,
+                // whether the pass succeeds or a fault stops it part-way (the oracle checks
+                // both after this step, and after every later crash and reopen).
+                let r = live.engine.compact();
+                self.trace.event(&[80, r.as_ref().map_or(u64::MAX, |c| c.records)]);
+                match r {
+                    Ok(c) => self.trace.line(|| {
+                        format!(
+                            "   compacted {} records: {} runs written, {} segments deleted, {} buckets dropped",
+                            c.records, c.runs_written, c.segments_deleted, c.buckets_dropped
+                        )
+                    }),
+                    Err(e) => self.trace.line(|| format!("   compact: {}", short(&e))),
+                }
+            }
             Op::ArmSyncFailure(f) => self.disk.set_sync_failure(f),
             Op::ArmEnospc(on) => self.disk.set_enospc(on),
             Op::CloseReopen | Op::DropReopen => {
@@ -470,7 +488,11 @@ impl Sim {
                     }
                     return self.check_recovered(engine);
                 }
-                Err(e @ (Error::Corrupted { .. } | Error::UndecodableRecord { .. })) => {
+                Err(
+                    e @ (Error::Corrupted { .. }
+                    | Error::CorruptedStore { .. }
+                    | Error::UndecodableRecord { .. }),
+                ) => {
                     self.trace.line(|| format!("   open: {e}"));
                     if self.corruption_pending {
                         self.trace.event(&[91]);

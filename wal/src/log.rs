@@ -300,6 +300,14 @@ impl<S: Storage> Wal<S> {
             .first_lsn
     }
 
+    /// Poisons the log as a failed sync of its own would: every waiter gets
+    /// [`Error::Poisoned`], and nothing more is acknowledged. For a caller whose own sync of a
+    /// file beside the log failed (a compactor's), so that nothing is acknowledged after a
+    /// failed sync anywhere in the directory.
+    pub fn poison(&self) {
+        self.shared.commit.poison();
+    }
+
     /// Whether a failed write or sync poisoned the log (see [`Error::Poisoned`]).
     pub fn is_poisoned(&self) -> bool {
         self.shared.commit.is_poisoned()
