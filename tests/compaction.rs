@@ -21,7 +21,11 @@ type View = BTreeMap<JobId, (u64, u32, Vec<u8>)>;
 
 fn view(engine: &Engine, ids: &[JobId]) -> View {
     ids.iter()
-        .filter_map(|&id| engine.get(id).map(|j| (id, (j.due_ms, j.attempt, j.payload.to_vec()))))
+        .filter_map(|&id| {
+            engine
+                .get(id)
+                .map(|j| (id, (j.due_ms, j.attempt, j.payload.to_vec())))
+        })
         .collect()
 }
 
@@ -101,19 +105,34 @@ fn compaction_keeps_every_job_and_deletes_the_folded_journal() {
     let folded = compact_all(&engine);
     assert!(folded > 0);
     let s = engine.store_stats();
-    assert!(s.segments_deleted > 0 && s.journal_segments < journal_before, "{s:?}");
+    assert!(
+        s.segments_deleted > 0 && s.journal_segments < journal_before,
+        "{s:?}"
+    );
     assert!(s.buckets > 1 && s.bucket_jobs > 0, "{s:?}");
-    assert_eq!(view(&engine, &ids), before, "compaction changes nothing the engine holds");
+    assert_eq!(
+        view(&engine, &ids),
+        before,
+        "compaction changes nothing the engine holds"
+    );
     let stats_before = engine.stats();
     engine.close().unwrap();
 
     let engine = open(&disk, &clock).unwrap();
     let r = engine.recovery().clone();
     assert!(r.covered_lsn > 0 && r.bucket_jobs > 0, "{r:?}");
-    assert_eq!(view(&engine, &ids), before, "reopened from the buckets and the journal tail");
+    assert_eq!(
+        view(&engine, &ids),
+        before,
+        "reopened from the buckets and the journal tail"
+    );
     let stats = engine.stats();
     assert_eq!(
-        (stats.completed, stats.cancelled, stats.running + stats.ready + stats.scheduled),
+        (
+            stats.completed,
+            stats.cancelled,
+            stats.running + stats.ready + stats.scheduled
+        ),
         (
             stats_before.completed,
             stats_before.cancelled,
@@ -148,7 +167,9 @@ fn compaction_keeps_every_job_and_deletes_the_folded_journal() {
     // (then nothing live is left in a sealed segment).
     let mut s = engine.store_stats();
     for _ in 0..2_000 {
-        let id = engine.schedule(JobSpec::at(T0).payload(vec![0; 200])).unwrap();
+        let id = engine
+            .schedule(JobSpec::at(T0).payload(vec![0; 200]))
+            .unwrap();
         assert!(engine.cancel(id).unwrap().is_done());
         compact_all(&engine);
         s = engine.store_stats();
@@ -156,7 +177,11 @@ fn compaction_keeps_every_job_and_deletes_the_folded_journal() {
             break;
         }
     }
-    assert_eq!((s.buckets, s.bucket_files, s.bucket_jobs), (0, 0, 0), "{s:?}");
+    assert_eq!(
+        (s.buckets, s.bucket_files, s.bucket_jobs),
+        (0, 0, 0),
+        "{s:?}"
+    );
     assert!(s.buckets_dropped > 0);
     engine.close().unwrap();
     let engine = open(&disk, &clock).unwrap();
@@ -203,7 +228,10 @@ fn a_crash_at_any_step_of_a_pass_loses_nothing() {
         compact_all(&engine);
         assert_eq!(view(&engine, &ids), before, "k={k}, after the next pass");
     }
-    assert!(passes_completed > 0, "some k is past the last sync of a pass");
+    assert!(
+        passes_completed > 0,
+        "some k is past the last sync of a pass"
+    );
 }
 
 /// Ids name their home hour bucket, so that a job on disk is found from its id alone.

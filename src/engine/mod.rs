@@ -35,10 +35,10 @@ use crate::error::{Error, Result};
 use crate::job::{Due, JobId, JobInfo, JobSpec, JobState, Outcome};
 use crate::record::{Event, FLAG_BINARY_PAYLOAD, ScheduleRecord, TYPE_SCHEDULE};
 use crate::stats::{RecoveryStats, StateView, Stats};
+use crate::store::home_bucket;
 use erased::ErasedStorage;
 use ids::IdLedger;
 use state::{Mode, State, state_index};
-use crate::store::home_bucket;
 
 /// The durable timer and job engine. See the crate docs for an example.
 ///

@@ -23,15 +23,20 @@ use super::state::{Mode, State};
 use crate::error::{Error, Result};
 use crate::job::JobId;
 use crate::record::{Event, ScheduleRecord};
-use crate::store::{self, manifest::Manifest};
 use crate::stats::RecoveryStats;
+use crate::store::{self, manifest::Manifest};
 
 /// Jobs the table is sized for up front, at most.
 const RESERVE_JOBS_MAX: u64 = 4 << 20;
 
 /// A schedule's id must be the next in the ledger and name the job's home bucket.
-fn admit_schedule(ids: &mut IdLedger, s: &ScheduleRecord<'_>) -> std::result::Result<(), &'static str> {
-    if s.id.bucket_residue() != JobId::compose(0, store::home_bucket(s.due_ms, s.created_ms)).bucket_residue() {
+fn admit_schedule(
+    ids: &mut IdLedger,
+    s: &ScheduleRecord<'_>,
+) -> std::result::Result<(), &'static str> {
+    if s.id.bucket_residue()
+        != JobId::compose(0, store::home_bucket(s.due_ms, s.created_ms)).bucket_residue()
+    {
         return Err("job id does not name the job's home bucket");
     }
     ids.admit_schedule(s.id.seq())
@@ -53,7 +58,9 @@ pub(super) fn replay<S: Storage>(
     open_started_ms: u64,
 ) -> Result<Replayed> {
     let started = Instant::now();
-    state.jobs.reserve(manifest.jobs().min(RESERVE_JOBS_MAX) as usize);
+    state
+        .jobs
+        .reserve(manifest.jobs().min(RESERVE_JOBS_MAX) as usize);
     let mut restored = 0u64;
     for (&bucket, entry) in &manifest.buckets {
         for job in store::load_bucket(wal.storage(), bucket, entry)?.values() {

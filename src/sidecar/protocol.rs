@@ -516,7 +516,9 @@ pub fn render_fired(job: &Claimed, fired_ms: u64) -> Vec<u8> {
 pub fn error_kind(e: &Error) -> &'static str {
     match e {
         Error::Locked => "locked",
-        Error::Corrupted { .. } | Error::CorruptedStore { .. } | Error::UndecodableRecord { .. } => "corrupted",
+        Error::Corrupted { .. }
+        | Error::CorruptedStore { .. }
+        | Error::UndecodableRecord { .. } => "corrupted",
         Error::Io(_) | Error::Wal(_) => "io",
         Error::NoSpace { .. } => "no_space",
         Error::Poisoned => "poisoned",

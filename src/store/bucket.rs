@@ -402,18 +402,47 @@ mod tests {
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         let expected = concat!(
             // header
-            "54574255434b4554", "01000000", "40000000", "0500000000000000",
-            "0600000000000000", "0800000000000000", "0300000000000000", "8000000000000000",
-            "5384cab0", "00000000",
+            "54574255434b4554",
+            "01000000",
+            "40000000",
+            "0500000000000000",
+            "0600000000000000",
+            "0800000000000000",
+            "0300000000000000",
+            "8000000000000000",
+            "5384cab0",
+            "00000000",
             // put: len 50, crc, kind 1, body, 2 payload bytes, padded from 62 to 64
-            "32000000", "3f600d3f", "01000000",
-            "0201000000000000", "0b0a000000000000", "0700000000000000", "00000000", "0000",
-            "0100", "00000000", "02000000", "01000000", "02000000", "6869", "0000",
+            "32000000",
+            "3f600d3f",
+            "01000000",
+            "0201000000000000",
+            "0b0a000000000000",
+            "0700000000000000",
+            "00000000",
+            "0000",
+            "0100",
+            "00000000",
+            "02000000",
+            "01000000",
+            "02000000",
+            "6869",
+            "0000",
             // patch: len 24
-            "18000000", "404dc2be", "02000000",
-            "0300000000000000", "0900000000000000", "00000000", "01000000", "00000000", // padded from 36 to 40
+            "18000000",
+            "404dc2be",
+            "02000000",
+            "0300000000000000",
+            "0900000000000000",
+            "00000000",
+            "01000000",
+            "00000000", // padded from 36 to 40
             // delete: len 8
-            "08000000", "651a0188", "03000000", "0400000000000000", "00000000",
+            "08000000",
+            "651a0188",
+            "03000000",
+            "0400000000000000",
+            "00000000",
         );
         assert_eq!(hex, expected);
         let (header, decoded) = decode_run(&bytes).unwrap();
@@ -432,10 +461,7 @@ mod tests {
 
     #[test]
     fn every_flipped_byte_is_refused() {
-        let entries = vec![
-            Entry::Put(job(1, 10, b"payload")),
-            Entry::Delete(JobId(2)),
-        ];
+        let entries = vec![Entry::Put(job(1, 10, b"payload")), Entry::Delete(JobId(2))];
         let bytes = encode_run(1, 2, 3, &entries);
         for i in 0..bytes.len() {
             let mut b = bytes.clone();
@@ -445,7 +471,10 @@ mod tests {
             assert!(decode_run(&b).is_err(), "flip at {i} went unnoticed");
         }
         for cut in 0..bytes.len() {
-            assert!(decode_run(&bytes[..cut]).is_err(), "cut at {cut} went unnoticed");
+            assert!(
+                decode_run(&bytes[..cut]).is_err(),
+                "cut at {cut} went unnoticed"
+            );
         }
     }
 
@@ -478,8 +507,14 @@ mod tests {
         assert_eq!(order, [1, 3]);
         assert_eq!(jobs[&JobId(1)].attempt, 3);
         assert!(!jobs[&JobId(1)].leased);
-        assert_eq!(apply_run(&mut jobs, vec![Entry::Delete(JobId(2))]), Err(JobId(2)));
-        assert_eq!(apply_run(&mut jobs, vec![Entry::Put(job(3, 1, b""))]), Err(JobId(3)));
+        assert_eq!(
+            apply_run(&mut jobs, vec![Entry::Delete(JobId(2))]),
+            Err(JobId(2))
+        );
+        assert_eq!(
+            apply_run(&mut jobs, vec![Entry::Put(job(3, 1, b""))]),
+            Err(JobId(3))
+        );
     }
 
     #[test]
@@ -487,7 +522,12 @@ mod tests {
         let name = run_file_name(491_234, 7);
         assert_eq!(name, "bucket-0000491234-0000000000000007.run");
         assert_eq!(parse_run_file_name(&name), Some((491_234, 7)));
-        for other in ["MANIFEST", "0000000000000001.wal", "bucket-1-2.run", "bucket-0000491234-0000000000000007.run.tmp"] {
+        for other in [
+            "MANIFEST",
+            "0000000000000001.wal",
+            "bucket-1-2.run",
+            "bucket-0000491234-0000000000000007.run.tmp",
+        ] {
             assert_eq!(parse_run_file_name(other), None, "{other}");
         }
     }

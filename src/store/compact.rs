@@ -27,7 +27,9 @@ use timewheel_wal::format::FLAG_SKIPPABLE;
 use timewheel_wal::storage::Storage;
 use timewheel_wal::{Lsn, Wal};
 
-use super::bucket::{Entry, Patch, StoredJob, apply_run, encode_run, merged_entries, run_file_name};
+use super::bucket::{
+    Entry, Patch, StoredJob, apply_run, encode_run, merged_entries, run_file_name,
+};
 use super::manifest::{Manifest, RunRef};
 use super::{
     Locator, bucket_of, corrupted, home_bucket, load_bucket, replace_manifest, sync_dir, write_new,
@@ -49,7 +51,11 @@ pub(crate) struct Limits {
 /// Where a job the pass saw stands at its end.
 enum Track {
     /// Scheduled within the pass, still live: all of it is here.
-    New { job: StoredJob, home: u64, target: u64 },
+    New {
+        job: StoredJob,
+        home: u64,
+        target: u64,
+    },
     /// Held by a bucket before the pass; what changed.
     Old {
         bucket: u64,
@@ -82,7 +88,11 @@ impl Delta {
 
 /// The end of the newest sealed segment a pass over `manifest` may fold, or `None` when no
 /// sealed segment holds records after it.
-pub(crate) fn fold_point<S: Storage>(wal: &Wal<S>, manifest: &Manifest, limits: Limits) -> Option<Lsn> {
+pub(crate) fn fold_point<S: Storage>(
+    wal: &Wal<S>,
+    manifest: &Manifest,
+    limits: Limits,
+) -> Option<Lsn> {
     wal.segments()
         .iter()
         .filter(|s| s.sealed && s.last_lsn > manifest.covered_lsn)
@@ -232,15 +242,25 @@ fn fold<S: Storage>(
                     Track::Old { finished, .. } => *finished = true,
                 }
             }
-            Event::Claim { id, attempt, .. } => set_lease(track(&mut tracks, &locator, manifest, id, lsn)?, attempt, true),
-            Event::Expire { id, attempt } => set_lease(track(&mut tracks, &locator, manifest, id, lsn)?, attempt, false),
-            Event::Reschedule { id, due_ms } => match track(&mut tracks, &locator, manifest, id, lsn)? {
-                Track::New { job, target, .. } => {
-                    job.due_ms = due_ms;
-                    *target = bucket_of(due_ms);
+            Event::Claim { id, attempt, .. } => set_lease(
+                track(&mut tracks, &locator, manifest, id, lsn)?,
+                attempt,
+                true,
+            ),
+            Event::Expire { id, attempt } => set_lease(
+                track(&mut tracks, &locator, manifest, id, lsn)?,
+                attempt,
+                false,
+            ),
+            Event::Reschedule { id, due_ms } => {
+                match track(&mut tracks, &locator, manifest, id, lsn)? {
+                    Track::New { job, target, .. } => {
+                        job.due_ms = due_ms;
+                        *target = bucket_of(due_ms);
+                    }
+                    Track::Old { due_ms: d, .. } => *d = Some(due_ms),
                 }
-                Track::Old { due_ms: d, .. } => *d = Some(due_ms),
-            },
+            }
         }
     }
     drop(iter);
@@ -285,7 +305,10 @@ fn fold<S: Storage>(
         }
     }
     for (bucket, moves) in moving {
-        let entry = manifest.buckets.get(&bucket).expect("located in a live bucket");
+        let entry = manifest
+            .buckets
+            .get(&bucket)
+            .expect("located in a live bucket");
         let mut jobs = load_bucket(storage, bucket, entry)?;
         for (target, patch) in moves {
             let mut job = jobs.remove(&patch.id).ok_or_else(|| {
@@ -336,7 +359,11 @@ fn fold<S: Storage>(
                     format!("the journal changes job {id} in a bucket that does not hold it"),
                 )
             })?;
-            assert_eq!(jobs.len() as u64, jobs_after, "a merge counts what it stacks");
+            assert_eq!(
+                jobs.len() as u64,
+                jobs_after,
+                "a merge counts what it stacks"
+            );
             let min = jobs.values().map(|j| j.due_ms).min();
             doomed.extend(entry.runs.drain(..).map(|r| (bucket, r)));
             report.buckets_merged += u64::from(jobs_after > 0);

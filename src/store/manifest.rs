@@ -167,14 +167,16 @@ impl Manifest {
             return Err(err(0, "not a manifest (bad magic)"));
         }
         let crc_at = bytes.len() - 8;
-        if crc32fast::hash(&bytes[..crc_at]) != u32_at(bytes, crc_at) || u32_at(bytes, crc_at + 4) != 0
+        if crc32fast::hash(&bytes[..crc_at]) != u32_at(bytes, crc_at)
+            || u32_at(bytes, crc_at + 4) != 0
         {
             return Err(err(crc_at, "manifest checksum mismatch"));
         }
         if u32_at(bytes, 8) != MANIFEST_VERSION {
             return Err(err(8, "unknown manifest version"));
         }
-        if u32_at(bytes, 12) as usize != HEADER_BYTES || bytes[88..HEADER_BYTES].iter().any(|&b| b != 0)
+        if u32_at(bytes, 12) as usize != HEADER_BYTES
+            || bytes[88..HEADER_BYTES].iter().any(|&b| b != 0)
         {
             return Err(err(12, "unexpected manifest header layout"));
         }
@@ -227,7 +229,10 @@ impl Manifest {
                     records: u64_at(bytes, r + 16),
                 };
                 if run.generation >= m.next_run
-                    || entry.runs.last().is_some_and(|p| p.generation >= run.generation)
+                    || entry
+                        .runs
+                        .last()
+                        .is_some_and(|p| p.generation >= run.generation)
                 {
                     return Err(err(r, "run generation out of order"));
                 }
@@ -300,18 +305,38 @@ mod tests {
         let bytes = sample().encode();
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         let expected = concat!(
-            "54574d414e494653", "01000000", "70000000",
-            "0300000000000000", "e803000000000000", "0900000000000000", "2800000000000000",
-            "4000000000000000", "0500000000000000", "0600000000000000", "0700000000000000",
-            "01000000", "01000000", "000000000000000000000000000000000000000000000000",
+            "54574d414e494653",
+            "01000000",
+            "70000000",
+            "0300000000000000",
+            "e803000000000000",
+            "0900000000000000",
+            "2800000000000000",
+            "4000000000000000",
+            "0500000000000000",
+            "0600000000000000",
+            "0700000000000000",
+            "01000000",
+            "01000000",
+            "000000000000000000000000000000000000000000000000",
             // bucket
-            "e27e070000000000", "0c00000000000000", "008d61bf9b010000", "02000000", "00000000",
-            "0200000000000000", "2003000000000000", "0c00000000000000",
-            "0800000000000000", "6400000000000000", "0100000000000000",
+            "e27e070000000000",
+            "0c00000000000000",
+            "008d61bf9b010000",
+            "02000000",
+            "00000000",
+            "0200000000000000",
+            "2003000000000000",
+            "0c00000000000000",
+            "0800000000000000",
+            "6400000000000000",
+            "0100000000000000",
             // moved
-            "4d00000000000000", "e27e070000000000",
+            "4d00000000000000",
+            "e27e070000000000",
             // crc
-            "cd211eda", "00000000",
+            "cd211eda",
+            "00000000",
         );
         assert_eq!(hex, expected);
         assert_eq!(Manifest::decode(&bytes), Ok(sample()));

@@ -165,7 +165,11 @@ pub(crate) fn load_bucket<S: Storage>(
             || header.records != run.records
             || bytes.len() as u64 != run.bytes
         {
-            return Err(corrupted(name, 0, "run does not match what the manifest says of it"));
+            return Err(corrupted(
+                name,
+                0,
+                "run does not match what the manifest says of it",
+            ));
         }
         apply_run(&mut jobs, entries).map_err(|id| {
             corrupted(
@@ -179,7 +183,11 @@ pub(crate) fn load_bucket<S: Storage>(
         return Err(corrupted(
             run_file_name(bucket, entry.runs.last().map_or(0, |r| r.generation)),
             0,
-            format!("bucket holds {} jobs, the manifest says {}", jobs.len(), entry.jobs),
+            format!(
+                "bucket holds {} jobs, the manifest says {}",
+                jobs.len(),
+                entry.jobs
+            ),
         ));
     }
     Ok(jobs)

@@ -216,6 +216,8 @@ pub struct Model {
     /// Specs of failed, ambiguous schedule calls since the last open: what an unknown id may
     /// turn up as.
     phantoms: Vec<Spec>,
+    /// The home-bucket bits ([`JobId::BUCKET_BITS`]) the phantoms' ids would carry.
+    phantom_residues: std::collections::BTreeSet<u64>,
     /// The highest id durably used (acknowledged, or shown by an open): no id up to it is
     /// handed out again, since ids only grow and an open starts past every reservation.
     pub id_floor: u64,
@@ -248,6 +250,7 @@ impl Model {
             failed_specs: 0,
             max_returned_id: 0,
             phantoms: Vec::new(),
+            phantom_residues: Default::default(),
             id_floor: 0,
             issued_max: 0,
             clock_ms: start_ms,
@@ -277,9 +280,13 @@ impl Model {
         self.engine_now_ms
     }
 
-    /// One past the highest id that could exist.
+    /// One past the highest id sequence number ([`JobId::BUCKET_BITS`] and up) that could
+    /// exist.
     pub fn id_end(&self) -> u64 {
-        self.max_returned_id + self.failed_specs + 2 + self.id_block * (self.id_skips + 1)
+        (self.max_returned_id >> JobId::BUCKET_BITS)
+            + self.failed_specs
+            + 2
+            + self.id_block * (self.id_skips + 1)
     }
 
     fn learn(&mut self, id: u64, job: Job) {
@@ -516,6 +523,13 @@ impl Model {
                 self.failed_specs += specs.len() as u64;
                 self.id_skips += 1;
                 if f == Fault::Unknown {
+                    // The engine names a job's home bucket in its id: the hour it is due, or
+                    // the hour of the clock reading the call took if it was due already.
+                    for spec in specs {
+                        let hour = spec.due_ms.max(self.clock_ms) / 3_600_000;
+                        self.phantom_residues
+                            .insert(hour % (1 << JobId::BUCKET_BITS));
+                    }
                     self.phantoms.extend(specs.iter().cloned());
                 }
             }
@@ -1028,7 +1042,14 @@ impl Model {
         // Jobs the model never heard of: only a failed schedule may have written them.
         let mut phantoms = Vec::new();
         if !self.phantoms.is_empty() {
-            for id in 1..self.id_end() {
+            let candidates: Vec<u64> = (1..self.id_end())
+                .flat_map(|seq| {
+                    self.phantom_residues
+                        .iter()
+                        .map(move |r| seq << JobId::BUCKET_BITS | r)
+                })
+                .collect();
+            for id in candidates {
                 if self.jobs.contains_key(&id) {
                     continue;
                 }
@@ -1061,6 +1082,7 @@ impl Model {
         }
         // What recovery did not show of the failed schedules is gone: it served a durable log.
         self.phantoms.clear();
+        self.phantom_residues.clear();
         // Leases: the log's `Expire` decides whether a due job's lease is open, which the job's
         // state does not show; recovery's count of interrupted jobs may.
         let leased = |fits: &[Alt], open: bool| {

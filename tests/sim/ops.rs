@@ -137,7 +137,7 @@ pub struct View<'a> {
     pub lease_ms: u64,
     /// Every id the oracle knows, in the order it learned them.
     pub ids: &'a [u64],
-    /// One past the highest id that could exist.
+    /// One past the highest id sequence number that could exist.
     pub id_end: u64,
     pub backlog: usize,
     pub held: usize,
@@ -209,7 +209,11 @@ pub fn next(rng: &mut SimRng, v: &View<'_>) -> Op {
 fn pick_id(rng: &mut SimRng, v: &View<'_>) -> u64 {
     match rng.pick(v.ids) {
         Some(&id) if rng.chance(0.9) => id,
-        _ => rng.between(1, v.id_end + 3),
+        // A sequence number that may not exist yet, in the home bucket of a known id.
+        known => {
+            let residue = known.map_or(0, |&id| id % (1 << timewheel::JobId::BUCKET_BITS));
+            rng.between(1, v.id_end + 3) << timewheel::JobId::BUCKET_BITS | residue
+        }
     }
 }
 

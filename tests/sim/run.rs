@@ -323,7 +323,8 @@ impl Sim {
                 // whether the pass succeeds or a fault stops it part-way (the oracle checks
                 // both after this step, and after every later crash and reopen).
                 let r = live.engine.compact();
-                self.trace.event(&[80, r.as_ref().map_or(u64::MAX, |c| c.records)]);
+                self.trace
+                    .event(&[80, r.as_ref().map_or(u64::MAX, |c| c.records)]);
                 match r {
                     Ok(c) => self.trace.line(|| {
                         format!(
