@@ -23,7 +23,7 @@ impl JobId {
     /// The id of the `seq`-th job, scheduled into hour bucket `bucket`.
     pub(crate) fn compose(seq: u64, bucket: u64) -> JobId {
         assert!(seq < 1 << (64 - Self::BUCKET_BITS), "job sequence in range");
-        JobId(seq << Self::BUCKET_BITS | (bucket & Self::BUCKET_MASK))
+        JobId((seq << Self::BUCKET_BITS) | (bucket & Self::BUCKET_MASK))
     }
 
     /// The sequence number: ids grow with it.

@@ -16,7 +16,7 @@ use timewheel_wal::{Wal, WalOptions};
 
 /// The `n`-th job's id: its sequence number, with its home hour bucket (T0's) in the low bits.
 fn id(n: u64) -> JobId {
-    JobId(n << JobId::BUCKET_BITS | (T0 / 3_600_000) % (1 << JobId::BUCKET_BITS))
+    JobId((n << JobId::BUCKET_BITS) | ((T0 / 3_600_000) % (1 << JobId::BUCKET_BITS)))
 }
 
 fn schedule(n: u64) -> Event<'static> {

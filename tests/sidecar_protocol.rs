@@ -37,6 +37,14 @@ fn output_lines(output: &[u8]) -> Vec<Value> {
         .collect()
 }
 
+/// The id the engine gives its `n`-th job, due at `due_ms` (accepted at `NOW_MS`): the
+/// sequence number with the job's home hour in the low bits.
+fn id(n: u64, due_ms: u64) -> String {
+    let hour = due_ms.max(NOW_MS) / 3_600_000;
+    ((n << timewheel::JobId::BUCKET_BITS) | (hour % (1 << timewheel::JobId::BUCKET_BITS)))
+        .to_string()
+}
+
 #[test]
 fn a_scripted_session_gets_exactly_these_replies_then_eof() {
     // Nothing fires (the clock stands still before every due time), so the output is exactly
@@ -47,9 +55,9 @@ fn a_scripted_session_gets_exactly_these_replies_then_eof() {
         json!({"op":"schedule","req":1,"due_ms":NOW_MS + 10_000,"payload":"a"}),
         json!({"op":"schedule","req":2,"delay_ms":5_000}),
         json!({"op":"schedule","req":3,"due_ms":NOW_MS + 20_000,"payload_b64":"AA=="}),
-        json!({"op":"cancel","req":4,"id":"2"}),
-        json!({"op":"reschedule","req":5,"id":"1","due_ms":NOW_MS + 30_000}),
-        json!({"op":"complete","req":6,"id":"1"}),
+        json!({"op":"cancel","req":4,"id":id(2, NOW_MS + 5_000)}),
+        json!({"op":"reschedule","req":5,"id":id(1, NOW_MS + 10_000),"due_ms":NOW_MS + 30_000}),
+        json!({"op":"complete","req":6,"id":id(1, NOW_MS + 10_000)}),
         json!({"op":"bogus","req":7}),
         json!({"op":"stats","req":8}),
     ]);
@@ -62,9 +70,9 @@ fn a_scripted_session_gets_exactly_these_replies_then_eof() {
     assert_eq!(
         lines[..5],
         [
-            json!({"req":1,"ok":true,"id":"1"}),
-            json!({"req":2,"ok":true,"id":"2"}),
-            json!({"req":3,"ok":true,"id":"3"}),
+            json!({"req":1,"ok":true,"id":id(1, NOW_MS + 10_000)}),
+            json!({"req":2,"ok":true,"id":id(2, NOW_MS + 5_000)}),
+            json!({"req":3,"ok":true,"id":id(3, NOW_MS + 20_000)}),
             json!({"req":4,"ok":true,"cancelled":true}),
             json!({"req":5,"ok":true,"rescheduled":true}),
         ]

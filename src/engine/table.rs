@@ -82,11 +82,14 @@ pub(crate) struct Counters {
     pub requeued: u64,
 }
 
-/// The hash of a job id. Ids are handed out in sequence, so the id itself, in the low bits the
-/// table indexes by, puts jobs scheduled together in neighbouring buckets: a batch of inserts
-/// walks memory in order instead of missing the cache once per job (SipHash, or any mixing
-/// hash, costs a cache miss per job at millions of jobs). The top 7 bits, which the table
-/// compares to tell keys in one group apart, come from a multiplicative mix so that they vary.
+/// The hash of a job id. Ids are handed out in sequence, so the id's sequence number
+/// ([`JobId::seq`], the id without its home-bucket bits, which are the same for every job of an
+/// hour), in the low bits the table indexes by, puts jobs scheduled together in neighbouring
+/// buckets: a batch of inserts walks memory in order instead of missing the cache once per job
+/// (SipHash, or any mixing hash, costs a cache miss per job at millions of jobs). Sequence
+/// numbers are unique per job, so they alone tell live jobs apart. The top 7 bits, which the
+/// table compares to tell keys in one group apart, come from a multiplicative mix of the whole
+/// id so that they vary.
 #[derive(Default)]
 pub(crate) struct IdHasher(u64);
 
@@ -101,7 +104,8 @@ impl Hasher for IdHasher {
     }
     fn write_u64(&mut self, v: u64) {
         const TOP7: u64 = 0xFE00_0000_0000_0000;
-        self.0 = (v & !TOP7) | (v.wrapping_mul(0x9E37_79B9_7F4A_7C15) & TOP7);
+        let seq = JobId(v).seq();
+        self.0 = (seq & !TOP7) | (v.wrapping_mul(0x9E37_79B9_7F4A_7C15) & TOP7);
     }
 }
 

@@ -414,24 +414,23 @@ fn track<'t>(
     id: JobId,
     lsn: Lsn,
 ) -> Result<&'t mut Track> {
-    if !tracks.contains_key(&id) {
-        let bucket = locator
-            .locate(manifest, id)
-            .ok_or_else(|| Error::UndecodableRecord {
-                lsn,
-                reason: format!("change of job {id}, which no bucket holds"),
-            })?;
-        tracks.insert(
-            id,
-            Track::Old {
+    match tracks.entry(id) {
+        std::collections::btree_map::Entry::Occupied(e) => Ok(e.into_mut()),
+        std::collections::btree_map::Entry::Vacant(e) => {
+            let bucket = locator
+                .locate(manifest, id)
+                .ok_or_else(|| Error::UndecodableRecord {
+                    lsn,
+                    reason: format!("change of job {id}, which no bucket holds"),
+                })?;
+            Ok(e.insert(Track::Old {
                 bucket,
                 due_ms: None,
                 lease: None,
                 finished: false,
-            },
-        );
+            }))
+        }
     }
-    Ok(tracks.get_mut(&id).expect("inserted"))
 }
 
 fn set_lease(track: &mut Track, attempt: u32, leased: bool) {

@@ -1046,7 +1046,7 @@ impl Model {
                 .flat_map(|seq| {
                     self.phantom_residues
                         .iter()
-                        .map(move |r| seq << JobId::BUCKET_BITS | r)
+                        .map(move |r| (seq << JobId::BUCKET_BITS) | r)
                 })
                 .collect();
             for id in candidates {

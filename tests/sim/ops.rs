@@ -212,7 +212,7 @@ fn pick_id(rng: &mut SimRng, v: &View<'_>) -> u64 {
         // A sequence number that may not exist yet, in the home bucket of a known id.
         known => {
             let residue = known.map_or(0, |&id| id % (1 << timewheel::JobId::BUCKET_BITS));
-            rng.between(1, v.id_end + 3) << timewheel::JobId::BUCKET_BITS | residue
+            (rng.between(1, v.id_end + 3) << timewheel::JobId::BUCKET_BITS) | residue
         }
     }
 }
