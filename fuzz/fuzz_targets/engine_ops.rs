@@ -101,6 +101,8 @@ enum Op {
         reason_len: u8,
     },
     Reopen,
+    /// One compaction pass: invisible to the model (nothing the engine holds changes).
+    Compact,
     Crash {
         keep_unsynced: u8,
         torn_pages: bool,
@@ -400,6 +402,9 @@ impl Sim {
                 self.finish(&[c], Gone::Failed, vec![got]);
             }
             Op::Reopen => self.reopen(None),
+            Op::Compact => {
+                self.engine().compact().expect("compact on a healthy disk");
+            }
             Op::Crash {
                 keep_unsynced,
                 torn_pages,
