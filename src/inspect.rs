@@ -36,7 +36,7 @@ use crate::engine::Engine;
 use crate::error::Result;
 use crate::job::JobId;
 use crate::record::{Event, FLAG_BINARY_PAYLOAD};
-use crate::stats::RecoveryStats;
+use crate::stats::{RecoveryStats, StoreStats};
 
 /// What an open of the directory would find.
 #[derive(Debug, Clone)]
@@ -59,6 +59,9 @@ pub struct Inspection {
     pub failed: u64,
     /// The earliest and the latest due time of the live jobs.
     pub due_range: Option<(u64, u64)>,
+    /// The journal segments and the hour-bucket files (every run read and checked at the
+    /// open, as the engine's open reads them).
+    pub store: StoreStats,
 }
 
 impl Inspection {
@@ -85,6 +88,7 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<Inspection> {
         cancelled: stats.cancelled,
         failed: stats.failed,
         due_range: engine.due_range(),
+        store: engine.store_stats(),
     };
     engine.abandon_read_only();
     Ok(found)

@@ -136,3 +136,47 @@ fn damage_is_named_and_exits_1_and_a_running_engine_exits_2() {
     );
     let _ = before;
 }
+
+#[test]
+fn compacted_buckets_are_counted_and_a_damaged_bucket_file_is_named() {
+    let dir = TempDir::new("verify-buckets");
+    let mut config = small(&dir.0);
+    config.compact_interval_ms = 0;
+    let engine = Engine::open(config.clone()).unwrap();
+    fill(&engine);
+    fill(&engine);
+    while engine.compact().unwrap().records > 0 {}
+    let store = engine.store_stats();
+    assert!(store.buckets > 0 && store.bucket_jobs > 0, "{store:?}");
+    engine.close().unwrap();
+
+    let out = run(&["inspect", "--json"], &dir.0);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["jobs"]["scheduled"], 400, "{v}");
+    assert_eq!(v["store"]["buckets"], store.buckets, "{v}");
+    assert_eq!(v["store"]["bucket_jobs"], store.bucket_jobs, "{v}");
+
+    // One flipped byte in a run file's record: the open refuses, and verify names the file.
+    let run_file = snapshot(&dir.0)
+        .into_keys()
+        .find(|n| n.ends_with(".run"))
+        .expect("a bucket file");
+    let path = dir.0.join(&run_file);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[80] ^= 0x10;
+    std::fs::write(&path, &bytes).unwrap();
+    let before = snapshot(&dir.0);
+    let out = run(&["verify", "--json"], &dir.0);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["damage"]["file"], run_file.as_str(), "{v}");
+    assert_eq!(snapshot(&dir.0), before, "verify changes nothing");
+    match Engine::open(config) {
+        Err(timewheel::Error::CorruptedStore { file, .. }) => assert_eq!(file, run_file),
+        other => panic!(
+            "a damaged bucket file must refuse the open: {:?}",
+            other.err()
+        ),
+    }
+}

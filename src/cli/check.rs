@@ -97,6 +97,15 @@ fn report(args: &CheckArgs, mode: Mode, f: &Inspection) {
             "skipped_records": r.skipped,
             "torn_tail": r.torn_tail.map(|(segment, offset)| serde_json::json!({"segment": segment, "offset": offset})),
             "repaired": r.repaired.iter().map(|(segment, offset, reason)| serde_json::json!({"segment": segment, "offset": offset, "reason": reason.to_string()})).collect::<Vec<_>>(),
+            "store": serde_json::json!({
+                "journal_segments": f.store.journal_segments,
+                "journal_bytes": f.store.journal_bytes,
+                "buckets": f.store.buckets,
+                "bucket_files": f.store.bucket_files,
+                "bucket_bytes": f.store.bucket_bytes,
+                "bucket_jobs": f.store.bucket_jobs,
+                "covered_lsn": f.store.covered_lsn,
+            }),
         });
         if mode == Mode::Inspect {
             out["jobs"] = serde_json::json!({
@@ -119,6 +128,18 @@ fn report(args: &CheckArgs, mode: Mode, f: &Inspection) {
         "  log: {} records in {} segments, {} bytes scanned, every record's checksum and \
          sequence checked, and replayed through the state machine",
         r.records, r.segments, r.bytes
+    );
+    let st = &f.store;
+    println!(
+        "  buckets: {} hour buckets in {} files, {} bytes, {} jobs, covering the journal up to \
+         LSN {} (every file's checksums checked); journal: {} segment files, {} bytes",
+        st.buckets,
+        st.bucket_files,
+        st.bucket_bytes,
+        st.bucket_jobs,
+        st.covered_lsn,
+        st.journal_segments,
+        st.journal_bytes
     );
     if r.skipped > 0 {
         println!(
@@ -174,6 +195,14 @@ fn refused(args: &CheckArgs, e: &Error, code: u8) {
             }
             Error::UndecodableRecord { lsn, reason } => {
                 out["damage"] = serde_json::json!({"lsn": lsn, "reason": reason});
+            }
+            Error::CorruptedStore {
+                file,
+                offset,
+                reason,
+            } => {
+                out["damage"] =
+                    serde_json::json!({"file": file, "offset": offset, "reason": reason});
             }
             _ => {}
         }

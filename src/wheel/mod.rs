@@ -82,7 +82,8 @@ fn next_second_ms(ms: u64) -> u64 {
 }
 
 /// The hour bucket of a due time: hours since the Unix epoch, the number that also names the
-/// bucket's segment on disk.
+/// bucket's files on disk once compaction folded its jobs out of the journal
+/// (`bucket-{hour:010}-{generation:016}.run`, see docs/store-format.md).
 pub fn hour_bucket(due_ms: u64) -> u64 {
     due_ms / MS_PER_HOUR
 }
