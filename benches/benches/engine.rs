@@ -23,6 +23,7 @@ struct Sizes {
     single_secs: f64,
     lateness_jobs: u64,
     recovery_jobs: u64,
+    compaction_jobs: u64,
 }
 
 fn main() {
@@ -33,6 +34,7 @@ fn main() {
             single_secs: 1.0,
             lateness_jobs: 100_000,
             recovery_jobs: 1_000_000,
+            compaction_jobs: 1_000_000,
         }
     } else {
         Sizes {
@@ -40,6 +42,7 @@ fn main() {
             single_secs: 3.0,
             lateness_jobs: 1_000_000,
             recovery_jobs: 10_000_000,
+            compaction_jobs: 10_000_000,
         }
     };
     let root = bench_dir();
@@ -50,7 +53,7 @@ fn main() {
     );
     let named: Vec<String> = std::env::args()
         .skip(1)
-        .filter(|a| ["batch", "single", "lateness", "recovery"].contains(&a.as_str()))
+        .filter(|a| ["batch", "single", "lateness", "recovery", "compaction"].contains(&a.as_str()))
         .collect();
     let wanted = |w: &str| named.is_empty() || named.iter().any(|a| a == w);
     let peers = !std::env::args().any(|a| a == "no-peers");
@@ -65,6 +68,9 @@ fn main() {
     }
     if wanted("recovery") {
         recovery(&root, &sizes);
+    }
+    if wanted("compaction") {
+        compaction(&root, &sizes);
     }
     std::fs::remove_dir_all(&root).ok();
 }
@@ -273,7 +279,10 @@ fn recovery(root: &Path, s: &Sizes) {
     let n = s.recovery_jobs;
     println!("\n## Recovery: {n} jobs in the log (schedule records, 16-byte payloads)");
     let dir = fresh(root, "recovery");
-    let engine = Engine::open(Config::new(&dir)).expect("open");
+    // The journal alone: no compaction folds it meanwhile (the compaction workload measures
+    // an open from bucket files).
+    let config = Config::new(&dir).compact_interval_ms(0);
+    let engine = Engine::open(config.clone()).expect("open");
     let due = now_ms() + 3_600_000;
     let mut i = 0;
     while i < n {
@@ -285,7 +294,7 @@ fn recovery(root: &Path, s: &Sizes) {
     }
     engine.abandon();
     let t = Instant::now();
-    let engine = Engine::open(Config::new(&dir)).expect("reopen");
+    let engine = Engine::open(config).expect("reopen");
     let elapsed = t.elapsed();
     let rec = engine.recovery().clone();
     println!("| figure | value |");
@@ -301,4 +310,100 @@ fn recovery(root: &Path, s: &Sizes) {
         rec.records as f64 / elapsed.as_secs_f64() / 1e6
     );
     engine.close().expect("close");
+}
+
+/// Jobs spread over 30 days, most of them then cancelled or completed (churn): how fast a pass
+/// folds the journal, what is left on disk against the live records' own bytes, and the open
+/// from the journal against the open from the bucket files.
+fn compaction(root: &Path, s: &Sizes) {
+    let n = s.compaction_jobs;
+    println!(
+        "\n## Compaction: {n} jobs due over 30 days (16-byte payloads), 3 of 4 then cancelled"
+    );
+    let dir = fresh(root, "compaction");
+    let config = Config::new(&dir).compact_interval_ms(0);
+    let engine = Engine::open(config.clone()).expect("open");
+    let start = now_ms() + 3_600_000;
+    let span = 30 * 24 * 3_600_000u64;
+    let mut i = 0;
+    let mut live = 0u64;
+    while i < n {
+        let m = 100_000.min(n - i);
+        let ids = engine
+            .schedule_batch(
+                (i..i + m).map(|k| JobSpec::at(start + k * 7_919 % span).payload([3u8; 16])),
+            )
+            .expect("schedule");
+        let (keep, cancel): (Vec<_>, Vec<_>) =
+            ids.iter().enumerate().partition(|(j, _)| j % 4 == 0);
+        live += keep.len() as u64;
+        let cancel: Vec<_> = cancel.into_iter().map(|(_, &id)| id).collect();
+        engine.cancel_batch(&cancel).expect("cancel");
+        i += m;
+    }
+    engine.close().expect("close");
+    let t = Instant::now();
+    let engine = Engine::open(config.clone()).expect("reopen");
+    let open_journal = t.elapsed();
+    let before = engine.store_stats();
+    let t = Instant::now();
+    let mut folded = 0u64;
+    let mut passes = 0u64;
+    loop {
+        let r = engine.compact().expect("compact");
+        if r.records == 0 {
+            break;
+        }
+        folded += r.records;
+        passes += 1;
+    }
+    let compact_elapsed = t.elapsed();
+    let after = engine.store_stats();
+    engine.close().expect("close");
+    let t = Instant::now();
+    let engine = Engine::open(config).expect("reopen");
+    let open_buckets = t.elapsed();
+    let rec = engine.recovery().clone();
+    engine.close().expect("close");
+    // A job's own bytes in a run: the 12-byte frame, the 48-byte put, its payload.
+    let job_bytes = 12 + 48 + 16;
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    println!("| figure | value |");
+    println!("|---|---|");
+    println!(
+        "| journal before | {} segments, {:.0} MiB |",
+        before.journal_segments,
+        mib(before.journal_bytes)
+    );
+    println!(
+        "| compaction | {folded} records in {passes} passes, {:.0} ms: {:.2} M records/s |",
+        compact_elapsed.as_secs_f64() * 1e3,
+        folded as f64 / compact_elapsed.as_secs_f64() / 1e6
+    );
+    println!(
+        "| after | journal {} segments ({:.0} MiB); {} buckets in {} files, {:.1} MiB for {} jobs |",
+        after.journal_segments,
+        mib(after.journal_bytes),
+        after.buckets,
+        after.bucket_files,
+        mib(after.bucket_bytes),
+        after.bucket_jobs
+    );
+    println!(
+        "| bucket bytes / the bucket jobs' own record bytes | {:.2} ({:.0} bytes per job; \
+         {live} jobs live, the other {} wait for cancels in the unsealed segment) |",
+        after.bucket_bytes as f64 / (after.bucket_jobs * job_bytes).max(1) as f64,
+        after.bucket_bytes as f64 / after.bucket_jobs.max(1) as f64,
+        after.bucket_jobs.saturating_sub(live)
+    );
+    println!(
+        "| open from the journal | {:.0} ms |",
+        open_journal.as_secs_f64() * 1e3
+    );
+    println!(
+        "| open from the buckets | {:.0} ms ({} jobs loaded, {} journal records replayed) |",
+        open_buckets.as_secs_f64() * 1e3,
+        rec.bucket_jobs,
+        rec.records
+    );
 }
