@@ -68,6 +68,20 @@ pub struct Config {
     /// A bucket with more run files than this is merged into one by the next pass that
     /// touches it (fewer files to read at open; more bytes rewritten per pass).
     pub bucket_runs_max: usize,
+    /// How far ahead the engine keeps jobs in memory, in milliseconds. A job due later costs
+    /// no memory once compaction has folded it into its hour bucket's files: the engine keeps
+    /// it on disk (a `cancel`, `reschedule` or `get` reads it from there) and loads its bucket
+    /// into the wheel, off the timer thread, once the bucket's hour comes within the horizon.
+    /// At least an hour (the width of a bucket).
+    pub horizon_ms: u64,
+    /// Read and check every bucket file at open, also those beyond the horizon that the open
+    /// does not load (their checksums, and that their runs stack as the manifest says). Off by
+    /// default: an open then reads only the near-term buckets, whatever the far-future volume,
+    /// and damage in a far bucket is found when it is read (its load as the horizon reaches
+    /// it, or a call naming one of its jobs), reported then in
+    /// [`StoreStats::damage`](crate::StoreStats::damage) and as `Error::CorruptedStore`.
+    /// `timewheel verify` checks every file.
+    pub verify_buckets_at_open: bool,
 }
 
 impl Config {
@@ -90,6 +104,8 @@ impl Config {
             compact_interval_ms: 10_000,
             compact_segments_max: 4,
             bucket_runs_max: 4,
+            horizon_ms: 3 * HOUR_MS,
+            verify_buckets_at_open: false,
         }
     }
 
@@ -112,6 +128,9 @@ impl Config {
         }
         if self.id_block == 0 {
             return bad("id_block", "must be positive");
+        }
+        if self.horizon_ms < HOUR_MS {
+            return bad("horizon_ms", "at least an hour");
         }
         if self.compact_segments_max == 0 || self.bucket_runs_max == 0 {
             return bad("compact_segments_max", "compaction limits must be positive");
@@ -211,6 +230,18 @@ impl Config {
     /// Sets [`Config::compact_segments_max`](Config#structfield.compact_segments_max).
     pub fn compact_segments_max(mut self, compact_segments_max: usize) -> Self {
         self.compact_segments_max = compact_segments_max;
+        self
+    }
+
+    /// Sets [`Config::horizon_ms`](Config#structfield.horizon_ms).
+    pub fn horizon_ms(mut self, horizon_ms: u64) -> Self {
+        self.horizon_ms = horizon_ms;
+        self
+    }
+
+    /// Sets [`Config::verify_buckets_at_open`](Config#structfield.verify_buckets_at_open).
+    pub fn verify_buckets_at_open(mut self, verify_buckets_at_open: bool) -> Self {
+        self.verify_buckets_at_open = verify_buckets_at_open;
         self
     }
 

@@ -78,7 +78,7 @@ impl Inspection {
 /// ([`Error::Corrupted`](crate::Error::Corrupted) with segment and offset, or
 /// [`Error::UndecodableRecord`](crate::Error::UndecodableRecord) with the LSN).
 pub fn inspect(dir: impl AsRef<Path>) -> Result<Inspection> {
-    let engine = Engine::open_read_only(Config::new(dir.as_ref()))?;
+    let engine = Engine::open_read_only(Config::new(dir.as_ref()).verify_buckets_at_open(true))?;
     let stats = engine.stats();
     let found = Inspection {
         recovery: engine.recovery().clone(),

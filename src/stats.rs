@@ -77,6 +77,15 @@ pub struct StoreStats {
     pub buckets_dropped: u64,
     /// How long the last pass took.
     pub last_compaction: std::time::Duration,
+    /// Jobs beyond the resident horizon dropped from memory since open (kept on disk).
+    pub evicted: u64,
+    /// Jobs loaded from bucket files into memory since open, as the horizon reached them.
+    pub loaded: u64,
+    /// Scheduled jobs kept on disk only now.
+    pub non_resident: u64,
+    /// Damage found in a bucket file beyond the horizon since open, when it was read (its
+    /// jobs can not fire; `timewheel verify` names the file).
+    pub damage: Option<String>,
     /// Why compaction stopped, if it did (an I/O error: it resumes after a reopen).
     pub compaction_error: Option<String>,
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use super::{Shared, lock};
 use crate::error::{Error, Result};
+use crate::job::JobId;
 use crate::stats::{CompactionReport, StoreStats};
 use crate::store::compact::{self, Limits};
 use crate::store::manifest::Manifest;
@@ -29,16 +30,23 @@ pub(crate) struct StoreState {
     pub totals: StoreStats,
     /// The background thread is asked to end.
     pub stop: bool,
+    /// Damage found in a bucket file since open (by a load or a read of a job kept on disk).
+    pub damage: Option<String>,
+    /// Buckets below this one are resident (their jobs are in memory); buckets from it on are
+    /// kept on disk, their jobs loaded when the horizon reaches them.
+    pub resident_below: u64,
 }
 
 impl StoreState {
-    pub fn new(manifest: Manifest) -> Self {
+    pub fn new(manifest: Manifest, resident_below: u64) -> Self {
         StoreState {
             manifest,
             stopped: None,
             last_error: None,
             totals: StoreStats::default(),
             stop: false,
+            damage: None,
+            resident_below,
         }
     }
 }
@@ -60,9 +68,28 @@ impl Shared {
         let Some(fold_to) = compact::fold_point(&self.wal, &store.manifest, limits) else {
             return Ok(None);
         };
-        match compact::pass(&self.wal, &store.manifest, fold_to, limits) {
-            Ok((manifest, report)) => {
+        let far_from = store.resident_below;
+        match compact::pass(&self.wal, &store.manifest, fold_to, limits, far_from) {
+            Ok(compact::PassOutput {
+                manifest,
+                report,
+                far,
+                far_deleted,
+            }) => {
                 store.manifest = manifest;
+                // Jobs beyond the horizon that the buckets now hold as memory does: memory
+                // lets them go (in bounded chunks, so the timer gets the lock in between).
+                let mut evicted = 0;
+                for chunk in far.chunks(super::worker::LOCK_HOLD_ITEMS_MAX) {
+                    evicted += self.lock_state().after_pass(chunk);
+                }
+                for chunk in far_deleted.chunks(super::worker::LOCK_HOLD_ITEMS_MAX) {
+                    let mut state = self.lock_state();
+                    for id in chunk {
+                        state.far_gone.remove(id);
+                    }
+                }
+                store.totals.evicted += evicted;
                 store.last_error = None;
                 let t = &mut store.totals;
                 t.compactions += 1;
@@ -98,6 +125,7 @@ impl Shared {
     /// What the data directory holds, and what compaction did since open.
     pub(super) fn store_stats(&self) -> StoreStats {
         let segments = self.wal.segments();
+        let non_resident = self.lock_state().non_resident;
         let store = lock(&self.store);
         let m = &store.manifest;
         let mut stats = store.totals.clone();
@@ -110,25 +138,131 @@ impl Shared {
         stats.moved_jobs = m.moved.len() as u64;
         stats.covered_lsn = m.covered_lsn;
         stats.compaction_error = store.stopped.clone().or_else(|| store.last_error.clone());
+        stats.non_resident = non_resident;
+        stats.damage = store.damage.clone();
         stats
     }
 }
 
-/// The background compactor: every `Config::compact_interval_ms`, passes until nothing sealed
-/// is left to fold.
+impl Shared {
+    /// The first bucket beyond the horizon now.
+    fn horizon_bucket(&self) -> u64 {
+        let now_ms = self.lock_state().now_ms.max(self.clock.now_ms());
+        crate::store::bucket_of(now_ms.saturating_add(self.config.horizon_ms)) + 1
+    }
+
+    /// Loads the buckets the horizon reached since the last load into the wheel. Off the timer
+    /// thread (the compactor's, or a caller's); the state lock is taken per bounded chunk.
+    pub(super) fn load_horizon(&self) -> Result<()> {
+        let mut store = lock(&self.store);
+        let target = self.horizon_bucket();
+        if target <= store.resident_below {
+            return Ok(());
+        }
+        let due: Vec<u64> = store
+            .manifest
+            .buckets
+            .range(store.resident_below..target)
+            .map(|(&b, _)| b)
+            .collect();
+        for bucket in due {
+            let entry = &store.manifest.buckets[&bucket];
+            let jobs = crate::store::load_bucket(self.wal.storage(), bucket, entry)
+                .inspect_err(|e| note_damage(&mut store.damage, e))?;
+            let jobs: Vec<_> = jobs.into_values().collect();
+            let mut loaded = 0;
+            for chunk in jobs.chunks(super::worker::LOCK_HOLD_ITEMS_MAX) {
+                let mut state = self.lock_state();
+                let mut earliest = u64::MAX;
+                for job in chunk {
+                    if state.load(job) {
+                        loaded += 1;
+                        earliest = earliest.min(job.due_ms);
+                    }
+                }
+                if earliest < state.sleeping_until_ms {
+                    self.wake.notify_all();
+                }
+            }
+            store.totals.loaded += loaded;
+        }
+        store.resident_below = target;
+        Ok(())
+    }
+
+    /// Puts the jobs of `ids` that are kept on disk only back into memory, so that a call can
+    /// change or show them. Costs nothing when no bucket beyond the horizon exists or memory
+    /// holds every id.
+    pub(super) fn fault_in_ids(&self, ids: impl Iterator<Item = JobId> + Clone) -> Result<()> {
+        if self.lock_state().non_resident == 0 {
+            return Ok(());
+        }
+        let absent: Vec<JobId> = {
+            let state = self.lock_state();
+            ids.filter(|id| !state.jobs.contains_key(id) && !state.far_gone.contains(id))
+                .collect()
+        };
+        if absent.is_empty() {
+            return Ok(());
+        }
+        let mut store = lock(&self.store);
+        for id in absent {
+            let found = crate::store::read_far_job(
+                self.wal.storage(),
+                &store.manifest,
+                store.resident_below,
+                id,
+            )
+            .inspect_err(|e| note_damage(&mut store.damage, e))?;
+            if let Some(job) = found {
+                let mut state = self.lock_state();
+                if state.fault_in(&job, true) && job.due_ms < state.sleeping_until_ms {
+                    self.wake.notify_all();
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Keeps the first damage found in a bucket file (an I/O error is not damage: it is retried).
+fn note_damage(damage: &mut Option<String>, e: &Error) {
+    if matches!(e, Error::CorruptedStore { .. }) && damage.is_none() {
+        tracing::error!(error = %e, "a bucket file beyond the horizon is damaged");
+        *damage = Some(e.to_string());
+    }
+}
+
+/// The background compactor: loads buckets as the horizon reaches them (checked every second),
+/// and every `Config::compact_interval_ms` (0: never) passes until nothing sealed is left to
+/// fold.
 pub(super) fn run(shared: Arc<Shared>) {
     let interval = Duration::from_millis(shared.config.compact_interval_ms);
+    let tick = Duration::from_secs(1).min(if interval.is_zero() {
+        Duration::from_secs(1)
+    } else {
+        interval
+    });
+    let mut since_pass = Duration::ZERO;
     loop {
         {
             let store = lock(&shared.store);
             let (store, _) = shared
                 .compactor_wake
-                .wait_timeout_while(store, interval, |s| !s.stop)
+                .wait_timeout_while(store, tick, |s| !s.stop)
                 .expect("an engine lock poisoned by a panic");
             if store.stop {
                 return;
             }
         }
+        if let Err(e) = shared.load_horizon() {
+            tracing::warn!(error = %e, "loading a bucket that the horizon reached failed; retried");
+        }
+        since_pass += tick;
+        if interval.is_zero() || since_pass < interval {
+            continue;
+        }
+        since_pass = Duration::ZERO;
         // Bounded: each pass folds at most `compact_segments_max` segments, and stops early
         // when the engine is closing.
         while !lock(&shared.store).stop {

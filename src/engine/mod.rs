@@ -145,7 +145,16 @@ impl Engine {
         let manifest = crate::store::open(wal.storage(), wal.first_lsn())?;
         let (ready_tx, ready_rx) = crossbeam_channel::unbounded();
         let mut state = State::new(clock.now_ms(), 0, config.lease_ms, ready_tx);
-        let replayed = recovery::replay(&wal, &report, &manifest, &mut state, open_started_ms)?;
+        let resident_below =
+            crate::store::bucket_of(state.now_ms.saturating_add(config.horizon_ms)) + 1;
+        let replayed = recovery::replay(
+            &wal,
+            &report,
+            &manifest,
+            (resident_below, config.verify_buckets_at_open),
+            &mut state,
+            open_started_ms,
+        )?;
         let shared = Arc::new(Shared {
             wal,
             state: Mutex::new(state),
@@ -160,7 +169,7 @@ impl Engine {
             closed: AtomicBool::new(false),
             timer_realtime: AtomicBool::new(false),
             recovery: replayed.recovery,
-            store: Mutex::new(compactor::StoreState::new(manifest)),
+            store: Mutex::new(compactor::StoreState::new(manifest, resident_below)),
             compactor_wake: Condvar::new(),
         });
         let weak = Arc::downgrade(&shared);
@@ -183,7 +192,7 @@ impl Engine {
         };
         // Like the timer thread: an engine whose caller drives its timers drives compaction
         // too (`Engine::compact`), so that a simulation's seed alone decides what happens.
-        let compactor = if shared.config.timer_thread && shared.config.compact_interval_ms > 0 {
+        let compactor = if shared.config.timer_thread {
             let s = shared.clone();
             let handle = std::thread::Builder::new()
                 .name("timewheel-compactor".into())
@@ -315,6 +324,12 @@ impl Engine {
             for (_, bytes) in schedule_records(&pending.body[start..], &rebase(chunk, start)) {
                 let event = Event::decode(TYPE_SCHEDULE, bytes).expect("encoded above");
                 if let Event::Schedule(s) = &event {
+                    // Durable, folded into a bucket beyond the horizon and read back from it
+                    // (by a load or a call naming it) before this commit got here: memory
+                    // holds it already.
+                    if state.jobs.contains_key(&s.id) {
+                        continue;
+                    }
                     earliest = earliest.min(s.due_ms);
                 }
                 state
@@ -378,6 +393,11 @@ impl Engine {
     /// A snapshot of a live job, with its payload; `None` for unknown or finished jobs, and
     /// for jobs whose schedule is not yet durable.
     pub fn get(&self, id: JobId) -> Option<JobInfo> {
+        // A job kept on disk beyond the horizon is read back (and stays in memory); a read
+        // error shows as `None` here, and as the error itself to a `cancel` or `reschedule`.
+        if let Err(e) = self.shared.fault_in_ids(std::iter::once(id)) {
+            tracing::warn!(%id, error = %e, "reading a job kept on disk failed");
+        }
         self.shared.lock_state().info(id)
     }
 
@@ -387,7 +407,7 @@ impl Engine {
         let state = sh.lock_state();
         let now_ms = state.now_ms.max(sh.clock.now_ms());
         let view = StateView {
-            scheduled: state.in_state[state_index(JobState::Scheduled)],
+            scheduled: state.in_state[state_index(JobState::Scheduled)] + state.non_resident,
             ready: state.in_state[state_index(JobState::Ready)],
             running: state.in_state[state_index(JobState::Running)],
             completed: state.counters.completed,
@@ -433,7 +453,9 @@ impl Engine {
     /// ```
     pub fn compact(&self) -> Result<crate::stats::CompactionReport> {
         self.shared.check_open()?;
-        Ok(self.shared.compact_once()?.unwrap_or_default())
+        let report = self.shared.compact_once()?.unwrap_or_default();
+        self.shared.load_horizon()?;
+        Ok(report)
     }
 
     /// What the data directory holds (journal segments, hour buckets, their bytes) and what
@@ -459,6 +481,10 @@ impl Engine {
     #[cfg(feature = "testing")]
     pub fn run_timers(&self) -> usize {
         let sh = &*self.shared;
+        // What the compactor thread does every second: buckets the horizon reached come in.
+        if let Err(e) = sh.load_horizon() {
+            tracing::warn!(error = %e, "loading a bucket that the horizon reached failed");
+        }
         let mut state = sh.lock_state();
         let mut total = 0;
         loop {
@@ -698,6 +724,7 @@ impl Shared {
         event: impl Fn(JobId, T) -> Event<'static>,
     ) -> Result<Vec<Outcome>> {
         self.check_open()?;
+        self.fault_in_ids(items.iter().map(|&(id, _)| id))?;
         let mut seen = table::IdSet::with_capacity_and_hasher(items.len(), Default::default());
         let mut out = Vec::with_capacity(items.len());
         let mut last_lsn = None;

@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::job::JobId;
 use crate::record::{Event, ScheduleRecord};
 use crate::stats::RecoveryStats;
-use crate::store::{self, manifest::Manifest};
+use crate::store::{self, bucket::StoredJob, manifest::Manifest};
 
 /// Jobs the table is sized for up front, at most.
 const RESERVE_JOBS_MAX: u64 = 4 << 20;
@@ -48,21 +48,45 @@ pub(super) struct Replayed {
     pub recovery: RecoveryStats,
 }
 
-/// Loads the buckets `manifest` names into `state` (empty, its clock at `now_ms`), then
-/// replays the journal after the LSN they cover.
+/// Loads the buckets `manifest` names below `far_from` into `state` (empty, its clock at
+/// `now_ms`), then replays the journal after the LSN they cover. The jobs of the buckets from
+/// `far_from` on stay on disk, counted in `State::non_resident`, except those a replayed
+/// record changes: they are read back first.
 pub(super) fn replay<S: Storage>(
     wal: &Wal<S>,
     report: &RecoveryReport,
     manifest: &Manifest,
+    (far_from, verify_far): (u64, bool),
     state: &mut State,
     open_started_ms: u64,
 ) -> Result<Replayed> {
     let started = Instant::now();
-    state
-        .jobs
-        .reserve(manifest.jobs().min(RESERVE_JOBS_MAX) as usize);
+    if verify_far {
+        for (&bucket, entry) in manifest.buckets.range(far_from..) {
+            store::load_bucket(wal.storage(), bucket, entry)?;
+        }
+    }
     let mut restored = 0u64;
-    for (&bucket, entry) in &manifest.buckets {
+    state.non_resident = manifest
+        .buckets
+        .range(far_from..)
+        .map(|(_, b)| b.jobs)
+        .sum();
+    state.jobs.reserve(
+        manifest
+            .jobs()
+            .saturating_sub(state.non_resident)
+            .min(RESERVE_JOBS_MAX) as usize,
+    );
+    let locator = store::Locator::new(manifest).map_err(|(a, b)| Error::CorruptedStore {
+        file: store::manifest::MANIFEST_NAME.into(),
+        offset: 0,
+        reason: format!("live buckets {a} and {b} share their id bits"),
+    })?;
+    // Far buckets a replayed record needed, read once each.
+    let mut far_read: std::collections::HashMap<u64, std::collections::BTreeMap<JobId, StoredJob>> =
+        Default::default();
+    for (&bucket, entry) in manifest.buckets.range(..far_from) {
         for job in store::load_bucket(wal.storage(), bucket, entry)?.values() {
             state.restore(job).map_err(|why| Error::CorruptedStore {
                 file: store::bucket::run_file_name(bucket, entry.runs[0].generation),
@@ -103,6 +127,26 @@ pub(super) fn replay<S: Storage>(
             }
             Err(e) => return Err(refuse(e.to_string())),
         };
+        // A change of a job kept on disk beyond the horizon: read it back first.
+        if let Some(id) = event.id()
+            && !matches!(event, Event::Schedule(_))
+            && !state.jobs.contains_key(&id)
+            && !state.far_gone.contains(&id)
+            && let Some(bucket) = locator.locate(manifest, id).filter(|&b| b >= far_from)
+        {
+            let jobs = match far_read.entry(bucket) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(store::load_bucket(
+                    wal.storage(),
+                    bucket,
+                    &manifest.buckets[&bucket],
+                )?),
+            };
+            if let Some(job) = jobs.remove(&id) {
+                state.fault_in(&job, false);
+                restored += 1;
+            }
+        }
         let admitted = match &event {
             Event::ReserveIds { up_to } => ids.admit_reserve(*up_to),
             Event::Schedule(s) => admit_schedule(&mut ids, s),

@@ -12,7 +12,7 @@
 
 use crossbeam_channel::Sender;
 
-use super::table::{Counters, Job, JobMap, Payload};
+use super::table::{Counters, IdSet, Job, JobMap, Payload};
 use crate::job::{Claimed, JobId, JobInfo, JobState};
 use crate::record::{Event, FLAG_BINARY_PAYLOAD};
 use crate::store::bucket::StoredJob;
@@ -51,6 +51,12 @@ pub(crate) struct State {
     pub ready_tx: Option<Sender<JobId>>,
     /// Set by a drain: nothing more fires.
     pub draining: bool,
+    /// Scheduled jobs kept on disk only, in buckets beyond the resident horizon (counted as
+    /// scheduled).
+    pub non_resident: u64,
+    /// Jobs finished whose copy in a bucket beyond the horizon is still there (the finish is
+    /// not folded yet): a load of that bucket skips them.
+    pub far_gone: IdSet,
 }
 
 /// Index of a state in `State::in_state`.
@@ -108,6 +114,8 @@ impl State {
             lease_ms,
             ready_tx: Some(ready_tx),
             draining: false,
+            non_resident: 0,
+            far_gone: IdSet::default(),
         }
     }
 
@@ -153,6 +161,9 @@ impl State {
                 if live {
                     assert!(matches!(job.state, JobState::Scheduled | JobState::Ready));
                     self.drop_timer(&job);
+                }
+                if job.far_copy {
+                    self.far_gone.insert(id);
                 }
                 self.count(Some(job.state), None);
                 self.counters.cancelled += 1;
@@ -253,6 +264,9 @@ impl State {
                     assert!(matches!(job.state, JobState::Running | JobState::Ready));
                     self.drop_timer(&job);
                 }
+                if job.far_copy {
+                    self.far_gone.insert(id);
+                }
                 self.count(Some(job.state), None);
                 if matches!(event, Event::Complete { .. }) {
                     self.counters.completed += 1;
@@ -290,6 +304,98 @@ impl State {
             self.count(Some(JobState::Scheduled), Some(JobState::Running));
         }
         Ok(())
+    }
+
+    /// Drops a scheduled job from memory whose bucket file holds it exactly as memory does
+    /// (`due_ms`, no claim yet or a closed lease at `attempt`): a later `cancel`, `reschedule`
+    /// or `get` reads it back from there, and the bucket's load puts it back on the wheel.
+    /// Returns whether it was dropped (a job that changed since, is being changed, or is not
+    /// waiting on the due wheel stays).
+    pub fn evict(&mut self, id: JobId, due_ms: u64, attempt: u32, leased: bool) -> bool {
+        let Some(job) = self.jobs.get(&id) else {
+            return false;
+        };
+        if job.state != JobState::Scheduled
+            || job.busy
+            || job.lease_open
+            || leased
+            || job.due_ms != due_ms
+            || job.attempt != attempt
+        {
+            return false;
+        }
+        let job = self.jobs.remove(&id).expect("checked");
+        self.drop_timer(&job);
+        self.count(Some(JobState::Scheduled), None);
+        self.non_resident += 1;
+        true
+    }
+
+    /// After a pass wrote `jobs` (new in their buckets, as `(id, due_ms, attempt, leased)`)
+    /// into buckets beyond the horizon: memory lets go of those it holds exactly so, marks the
+    /// others it holds as having a far copy, and remembers the ones it no longer holds (they
+    /// finished since the records the pass read), so that a load of their bucket skips them.
+    /// Returns how many it let go.
+    pub fn after_pass(&mut self, jobs: &[(JobId, u64, u32, bool)]) -> u64 {
+        let mut evicted = 0;
+        for &(id, due_ms, attempt, leased) in jobs {
+            if self.evict(id, due_ms, attempt, leased) {
+                evicted += 1;
+            } else if let Some(job) = self.jobs.get_mut(&id) {
+                job.far_copy = true;
+            } else {
+                self.far_gone.insert(id);
+            }
+        }
+        evicted
+    }
+
+    /// A job of a bucket the horizon reached: into memory unless memory is newer (it holds
+    /// the job, or the job finished). The bucket is resident from now on, so no mark is kept.
+    pub fn load(&mut self, job: &StoredJob) -> bool {
+        if self.far_gone.remove(&job.id) {
+            return false;
+        }
+        if let Some(j) = self.jobs.get_mut(&job.id) {
+            j.far_copy = false;
+            return false;
+        }
+        self.fault_in(job, true);
+        self.jobs.get_mut(&job.id).expect("loaded").far_copy = false;
+        true
+    }
+
+    /// Puts back a job read from a bucket beyond the resident horizon (by a load of its bucket,
+    /// or because a call or replay needs it): like [`State::restore`], armed when `live`.
+    /// Does nothing for a job memory holds already (memory is newer).
+    pub fn fault_in(&mut self, job: &StoredJob, live: bool) -> bool {
+        if self.jobs.contains_key(&job.id) || self.far_gone.contains(&job.id) {
+            return false;
+        }
+        self.restore(job).expect("checked absent");
+        assert!(self.non_resident > 0, "a job kept on disk was counted");
+        self.non_resident -= 1;
+        self.jobs.get_mut(&job.id).expect("restored").far_copy = true;
+        if live {
+            let now_ms = self.now_ms;
+            let entry = self.jobs.get_mut(&job.id).expect("restored");
+            if job.leased {
+                // Interrupted while running (a bucket written before a crash): ready again at
+                // once, as an open delivers it; the next claim writes the `Expire`.
+                entry.state = JobState::Ready;
+                entry.at_ms = now_ms;
+                entry.timer = Some(
+                    self.leases
+                        .insert(now_ms.saturating_add(self.lease_ms), job.id.0),
+                );
+                self.count(Some(JobState::Running), Some(JobState::Ready));
+                self.counters.redelivered += 1;
+                self.send(job.id);
+            } else {
+                entry.timer = Some(self.due.insert(job.due_ms.max(now_ms), job.id.0));
+            }
+        }
+        true
     }
 
     /// A job the log has waiting (not leased): what cancel and reschedule need.
@@ -330,6 +436,7 @@ impl State {
                 state: JobState::Scheduled,
                 lease_open: false,
                 busy: false,
+                far_copy: false,
                 binary,
                 payload,
                 timer,

@@ -22,6 +22,9 @@ pub(crate) struct Job {
     /// wait for it to be applied before they look at the job (`Shared::settled`).
     pub busy: bool,
     pub binary: bool,
+    /// A copy of this job is in the files of a bucket beyond the resident horizon: when the job
+    /// goes (finished), that copy must not come back when the bucket is loaded.
+    pub far_copy: bool,
     pub payload: Payload,
     /// Its entry in the due wheel while `Scheduled`, or in the lease wheel while `Ready`
     /// (the deadline for a claim, after which the id is queued again) or `Running` (the lease).

@@ -110,12 +110,27 @@ pub(crate) fn pass<S: Storage>(
     manifest: &Manifest,
     fold_to: Lsn,
     limits: Limits,
-) -> std::result::Result<(Manifest, CompactionReport), PassError> {
+    far_from: u64,
+) -> std::result::Result<PassOutput, PassError> {
     let started = Instant::now();
     let storage = wal.storage();
     let mut report = CompactionReport::default();
     let mut written = Vec::new();
-    let (next, doomed) = match fold(wal, manifest, fold_to, limits, &mut report, &mut written) {
+    let mut far = Far {
+        from: far_from,
+        new: Vec::new(),
+        deleted: Vec::new(),
+    };
+    let folded = fold(
+        wal,
+        manifest,
+        fold_to,
+        limits,
+        &mut far,
+        &mut report,
+        &mut written,
+    );
+    let (next, doomed) = match folded {
         Ok(planned) => planned,
         Err(error) => {
             // Nothing names the runs written so far: remove them now if we can (the next
@@ -157,7 +172,29 @@ pub(crate) fn pass<S: Storage>(
     report.segments_deleted = deleted as u64;
     report.journal_bytes_deleted = before.iter().take(deleted).map(|s| s.file_bytes).sum();
     report.elapsed = started.elapsed();
-    Ok((next, report))
+    Ok(PassOutput {
+        manifest: next,
+        report,
+        far: far.new,
+        far_deleted: far.deleted,
+    })
+}
+
+/// What a pass leaves: the new manifest (durable), what it did, the jobs it put into buckets
+/// from `far_from` on (new there: scheduled or moved in) as they are there, `(id, due_ms,
+/// attempt, leased)`, and the jobs it deleted from such buckets.
+pub(crate) struct PassOutput {
+    pub manifest: Manifest,
+    pub report: CompactionReport,
+    pub far: Vec<(JobId, u64, u32, bool)>,
+    pub far_deleted: Vec<JobId>,
+}
+
+/// What a pass wrote into buckets from `from` on.
+struct Far {
+    from: u64,
+    new: Vec<(JobId, u64, u32, bool)>,
+    deleted: Vec<JobId>,
 }
 
 /// A pass that failed, and whether the durable manifest is still the one it started from
@@ -174,6 +211,7 @@ fn fold<S: Storage>(
     manifest: &Manifest,
     fold_to: Lsn,
     limits: Limits,
+    far: &mut Far,
     report: &mut CompactionReport,
     written: &mut Vec<String>,
 ) -> Result<(Manifest, Vec<(u64, RunRef)>)> {
@@ -349,6 +387,15 @@ fn fold<S: Storage>(
             .chain(delta.patches.iter().filter_map(|p| p.due_ms))
             .min();
         let merge = jobs_after == 0 || entry.runs.len() + 1 > limits.runs_max;
+        if bucket >= far.from {
+            far.new.extend(
+                delta
+                    .puts
+                    .iter()
+                    .map(|j| (j.id, j.due_ms, j.attempt, j.leased)),
+            );
+            far.deleted.extend(&delta.deletes);
+        }
         let entries = delta.into_entries();
         let (entries, min_due_ms) = if merge {
             let mut jobs = load_bucket(storage, bucket, &entry)?;
@@ -381,6 +428,7 @@ fn fold<S: Storage>(
             next.buckets.remove(&bucket);
             continue;
         }
+
         let generation = next.next_run;
         next.next_run += 1;
         let bytes = encode_run(bucket, generation, fold_to, &entries);

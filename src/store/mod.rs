@@ -193,6 +193,28 @@ pub(crate) fn load_bucket<S: Storage>(
     Ok(jobs)
 }
 
+/// The job `id` as the bucket files hold it, if a live bucket from `far_from` on holds it (a
+/// job kept on disk only); `None` for a job no such bucket holds.
+pub(crate) fn read_far_job<S: Storage>(
+    storage: &S,
+    manifest: &Manifest,
+    far_from: u64,
+    id: JobId,
+) -> Result<Option<StoredJob>> {
+    let locator = Locator::new(manifest).map_err(|(a, b)| {
+        corrupted(
+            MANIFEST_NAME,
+            0,
+            format!("live buckets {a} and {b} share their id bits"),
+        )
+    })?;
+    let Some(bucket) = locator.locate(manifest, id).filter(|&b| b >= far_from) else {
+        return Ok(None);
+    };
+    let entry = &manifest.buckets[&bucket];
+    Ok(load_bucket(storage, bucket, entry)?.remove(&id))
+}
+
 /// Which live bucket holds a job: the one its id names (the live bucket with the same
 /// residue), or the one the moved table names.
 pub(crate) struct Locator {

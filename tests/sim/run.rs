@@ -142,6 +142,16 @@ impl Sim {
         c.lease_ms = self.setup.lease_ms;
         c.fires_per_advance_max = self.setup.fires_per_advance_max;
         c.id_block = self.model.id_block;
+        // Media damage in a bucket beyond the horizon is found at open, where the oracle looks
+        // for it (the engine's default finds it when the bucket is read).
+        c.verify_buckets_at_open = true;
+        // From the model's id block (the seed), not the stream: an hour (most jobs beyond it,
+        // kept on disk once compacted), the default, or a year (everything resident).
+        c.horizon_ms = match self.model.id_block % 3 {
+            0 => 3_600_000,
+            1 => 3 * 3_600_000,
+            _ => 366 * ops::DAY_MS,
+        };
         c
     }
 
@@ -327,9 +337,17 @@ impl Sim {
                     .event(&[80, r.as_ref().map_or(u64::MAX, |c| c.records)]);
                 match r {
                     Ok(c) => self.trace.line(|| {
+                        let s = live.engine.store_stats();
                         format!(
-                            "   compacted {} records: {} runs written, {} segments deleted, {} buckets dropped",
-                            c.records, c.runs_written, c.segments_deleted, c.buckets_dropped
+                            "   compacted {} records: {} runs written, {} segments deleted, {} buckets dropped; \
+                             {} jobs kept on disk only ({} evicted, {} loaded since open)",
+                            c.records,
+                            c.runs_written,
+                            c.segments_deleted,
+                            c.buckets_dropped,
+                            s.non_resident,
+                            s.evicted,
+                            s.loaded
                         )
                     }),
                     Err(e) => self.trace.line(|| format!("   compact: {}", short(&e))),
