@@ -78,7 +78,11 @@ impl Inspection {
 /// ([`Error::Corrupted`](crate::Error::Corrupted) with segment and offset, or
 /// [`Error::UndecodableRecord`](crate::Error::UndecodableRecord) with the LSN).
 pub fn inspect(dir: impl AsRef<Path>) -> Result<Inspection> {
-    let engine = Engine::open_read_only(Config::new(dir.as_ref()).verify_buckets_at_open(true))?;
+    // Every bucket is read and checked, and loaded: counts and due range cover every job.
+    let config = Config::new(dir.as_ref())
+        .verify_buckets_at_open(true)
+        .horizon_ms(100 * 366 * 24 * crate::config::HOUR_MS);
+    let engine = Engine::open_read_only(config)?;
     let stats = engine.stats();
     let found = Inspection {
         recovery: engine.recovery().clone(),

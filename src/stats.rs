@@ -28,7 +28,7 @@ pub struct RecoveryStats {
     /// Damage to one copy of a group commit, repaired from the other: `(segment, offset of
     /// the damage, what was wrong)`. The data is intact, but the medium lost bytes it had.
     pub repaired: Vec<(u64, u64, timewheel_wal::CorruptionReason)>,
-    /// Hour buckets loaded from their files (the compacted part of the directory).
+    /// Hour buckets loaded from their files (those within the resident horizon).
     pub buckets: u64,
     /// Jobs loaded from bucket files; the journal after them is replayed as `records`.
     pub bucket_jobs: u64,
@@ -94,7 +94,8 @@ pub struct StoreStats {
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Jobs waiting for their due time.
+    /// Jobs waiting for their due time: in memory, or kept on disk only beyond the resident
+    /// horizon ([`StoreStats::non_resident`]).
     pub scheduled: u64,
     /// Jobs fired and waiting to be claimed (or whose lease ran out).
     pub ready: u64,

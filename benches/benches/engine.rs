@@ -24,9 +24,16 @@ struct Sizes {
     lateness_jobs: u64,
     recovery_jobs: u64,
     compaction_jobs: u64,
+    horizon_jobs: u64,
 }
 
 fn main() {
+    // The horizon workload's reopen, in a process of its own so that its memory is its own.
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "horizon-reopen") {
+        horizon_reopen(Path::new(&args[i + 1]));
+        return;
+    }
     let quick = std::env::args().any(|a| a == "quick");
     let sizes = if quick {
         Sizes {
@@ -35,6 +42,7 @@ fn main() {
             lateness_jobs: 100_000,
             recovery_jobs: 1_000_000,
             compaction_jobs: 1_000_000,
+            horizon_jobs: 2_000_000,
         }
     } else {
         Sizes {
@@ -43,6 +51,7 @@ fn main() {
             lateness_jobs: 1_000_000,
             recovery_jobs: 10_000_000,
             compaction_jobs: 10_000_000,
+            horizon_jobs: 20_000_000,
         }
     };
     let root = bench_dir();
@@ -53,7 +62,17 @@ fn main() {
     );
     let named: Vec<String> = std::env::args()
         .skip(1)
-        .filter(|a| ["batch", "single", "lateness", "recovery", "compaction"].contains(&a.as_str()))
+        .filter(|a| {
+            [
+                "batch",
+                "single",
+                "lateness",
+                "recovery",
+                "compaction",
+                "horizon",
+            ]
+            .contains(&a.as_str())
+        })
         .collect();
     let wanted = |w: &str| named.is_empty() || named.iter().any(|a| a == w);
     let peers = !std::env::args().any(|a| a == "no-peers");
@@ -71,6 +90,9 @@ fn main() {
     }
     if wanted("compaction") {
         compaction(&root, &sizes);
+    }
+    if wanted("horizon") {
+        horizon(&root, &sizes);
     }
     std::fs::remove_dir_all(&root).ok();
 }
@@ -406,4 +428,105 @@ fn compaction(root: &Path, s: &Sizes) {
         rec.bucket_jobs,
         rec.records
     );
+}
+
+/// The process's resident memory, from /proc (0 where there is none).
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn horizon_config(dir: &Path) -> Config {
+    Config::new(dir)
+        .compact_interval_ms(0)
+        .horizon_ms(2 * 3_600_000)
+}
+
+/// Jobs spread over 30 days with a 2-hour horizon: scheduled, compacted, then the directory
+/// reopened in a fresh process, which reports its open time and resident memory.
+fn horizon(root: &Path, s: &Sizes) {
+    let n = s.horizon_jobs;
+    println!("\n## Resident horizon: {n} jobs due over 30 days (16-byte payloads), horizon 2 h");
+    let dir = fresh(root, "horizon");
+    let engine = Engine::open(horizon_config(&dir)).expect("open");
+    let start = now_ms() + 60_000;
+    let span = 30 * 24 * 3_600_000u64;
+    let t = Instant::now();
+    let mut i = 0;
+    while i < n {
+        let m = 100_000.min(n - i);
+        engine
+            .schedule_batch(
+                (i..i + m).map(|k| JobSpec::at(start + k * 7_919 % span).payload([5u8; 16])),
+            )
+            .expect("schedule");
+        i += m;
+        // Folding as it goes, as the background compactor would.
+        while engine.compact().expect("compact").records > 0 {}
+    }
+    let scheduled_in = t.elapsed();
+    let store = engine.store_stats();
+    let stats = engine.stats();
+    let rss_writer = rss_bytes();
+    engine.close().expect("close");
+    let me = std::env::current_exe().expect("the bench binary");
+    let out = std::process::Command::new(me)
+        .arg("horizon-reopen")
+        .arg(&dir)
+        .output()
+        .expect("the reopen child runs");
+    let child = String::from_utf8_lossy(&out.stdout);
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    println!("| figure | value |");
+    println!("|---|---|");
+    println!(
+        "| scheduled and compacted as they came | {:.1} s ({:.2} M jobs/s) |",
+        scheduled_in.as_secs_f64(),
+        n as f64 / scheduled_in.as_secs_f64() / 1e6
+    );
+    println!(
+        "| jobs kept on disk only / scheduled | {} / {} |",
+        store.non_resident, stats.scheduled
+    );
+    println!(
+        "| on disk | journal {:.0} MiB, {} buckets {:.0} MiB ({:.0} bytes per job) |",
+        mib(store.journal_bytes),
+        store.buckets,
+        mib(store.bucket_bytes),
+        store.bucket_bytes as f64 / store.bucket_jobs.max(1) as f64
+    );
+    println!(
+        "| writer's resident memory at the end | {:.0} MiB |",
+        mib(rss_writer)
+    );
+    print!("{child}");
+}
+
+fn horizon_reopen(dir: &Path) {
+    let before = rss_bytes();
+    let t = Instant::now();
+    let engine = Engine::open(horizon_config(dir)).expect("reopen");
+    let elapsed = t.elapsed();
+    let after = rss_bytes();
+    let r = engine.recovery().clone();
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    println!(
+        "| reopen (fresh process) | {:.0} ms: {} buckets loaded, {} jobs, {} journal records |",
+        elapsed.as_secs_f64() * 1e3,
+        r.buckets,
+        r.bucket_jobs,
+        r.records
+    );
+    println!(
+        "| reopened process's resident memory | {:.0} MiB ({:.0} MiB before the open) |",
+        mib(after),
+        mib(before)
+    );
+    engine.close().expect("close");
 }

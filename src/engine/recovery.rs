@@ -179,7 +179,7 @@ pub(super) fn replay<S: Storage>(
             .iter()
             .map(|g| (g.segment, g.damage_offset, g.reason))
             .collect(),
-        buckets: manifest.buckets.len() as u64,
+        buckets: manifest.buckets.range(..far_from).count() as u64,
         bucket_jobs: restored,
         covered_lsn: manifest.covered_lsn,
     };
