@@ -66,7 +66,8 @@ pub struct Config {
     /// many segments' worth of live records).
     pub compact_segments_max: usize,
     /// A bucket with more run files than this is merged into one by the next pass that
-    /// touches it (fewer files to read at open; more bytes rewritten per pass).
+    /// touches it (fewer files to read at a load; more bytes rewritten per pass). A bucket is
+    /// merged sooner when the runs stacked on its oldest hold as many bytes as that one does.
     pub bucket_runs_max: usize,
     /// How far ahead the engine keeps jobs in memory, in milliseconds. A job due later costs
     /// no memory once compaction has folded it into its hour bucket's files: the engine keeps
@@ -103,7 +104,7 @@ impl Config {
             timer_realtime: true,
             compact_interval_ms: 10_000,
             compact_segments_max: 4,
-            bucket_runs_max: 4,
+            bucket_runs_max: 16,
             horizon_ms: 3 * HOUR_MS,
             verify_buckets_at_open: false,
         }

@@ -152,6 +152,16 @@ fn pad8(n: usize) -> usize {
     n.div_ceil(8) * 8
 }
 
+/// Bytes of a `Put` record with a payload of `payload_len` bytes, framing and padding included.
+pub fn put_bytes(payload_len: usize) -> u64 {
+    pad8(RECORD_HEADER_BYTES + PUT_FIXED_BYTES + payload_len) as u64
+}
+
+/// Bytes of a `Patch` record, framing and padding included.
+pub const PATCH_RECORD_BYTES: u64 = ((RECORD_HEADER_BYTES + PATCH_BYTES).div_ceil(8) * 8) as u64;
+/// Bytes of a `Delete` record, framing and padding included.
+pub const DELETE_RECORD_BYTES: u64 = ((RECORD_HEADER_BYTES + 8).div_ceil(8) * 8) as u64;
+
 /// Encodes a whole run file.
 pub fn encode_run(bucket: u64, generation: u64, covered_lsn: u64, entries: &[Entry]) -> Vec<u8> {
     let mut body = Vec::new();
@@ -514,6 +524,28 @@ mod tests {
         assert_eq!(
             apply_run(&mut jobs, vec![Entry::Put(job(3, 1, b""))]),
             Err(JobId(3))
+        );
+    }
+
+    #[test]
+    fn record_sizes_are_what_the_merge_policy_counts() {
+        for len in [0, 1, 7, 8, 100] {
+            let bytes = encode_run(1, 1, 1, &[Entry::Put(job(1, 1, &vec![0; len]))]);
+            assert_eq!(bytes.len() as u64 - RUN_HEADER_BYTES as u64, put_bytes(len));
+        }
+        let patch = Entry::Patch(Patch {
+            id: JobId(1),
+            due_ms: None,
+            lease: Some((1, true)),
+        });
+        assert_eq!(
+            encode_run(1, 1, 1, &[patch]).len() as u64 - 64,
+            PATCH_RECORD_BYTES
+        );
+        let delete = Entry::Delete(JobId(1));
+        assert_eq!(
+            encode_run(1, 1, 1, &[delete]).len() as u64 - 64,
+            DELETE_RECORD_BYTES
         );
     }
 

@@ -28,7 +28,7 @@ use timewheel_wal::storage::Storage;
 use timewheel_wal::{Lsn, Wal};
 
 use super::bucket::{
-    Entry, Patch, StoredJob, apply_run, encode_run, merged_entries, run_file_name,
+    self, Entry, Patch, StoredJob, apply_run, encode_run, merged_entries, run_file_name,
 };
 use super::manifest::{Manifest, RunRef};
 use super::{
@@ -386,7 +386,21 @@ fn fold<S: Storage>(
             .map(|j| j.due_ms)
             .chain(delta.patches.iter().filter_map(|p| p.due_ms))
             .min();
-        let merge = jobs_after == 0 || entry.runs.len() + 1 > limits.runs_max;
+        // Merged when nothing is left, when the runs would be too many, or when the runs
+        // stacked on the oldest (the new one included) hold as many bytes as it does: each
+        // merge then at least doubles the oldest run, so a job is rewritten a logarithmic
+        // number of times, not once every few passes.
+        let new_bytes: u64 = delta
+            .puts
+            .iter()
+            .map(|j| bucket::put_bytes(j.payload.len()))
+            .sum::<u64>()
+            + (delta.patches.len() as u64) * bucket::PATCH_RECORD_BYTES
+            + (delta.deletes.len() as u64) * bucket::DELETE_RECORD_BYTES;
+        let stacked: u64 = entry.runs.iter().skip(1).map(|r| r.bytes).sum::<u64>() + new_bytes;
+        let merge = jobs_after == 0
+            || entry.runs.len() + 1 > limits.runs_max
+            || entry.runs.first().is_some_and(|base| stacked >= base.bytes);
         if bucket >= far.from {
             far.new.extend(
                 delta
