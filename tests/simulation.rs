@@ -81,6 +81,12 @@ const REGRESSION_SEEDS: &[(u64, &str)] = &[
         2033034,
         "a record body that looked like its group's mirror header ended the group in the iterator",
     ),
+    (
+        4853,
+        "a finished job moved from one far bucket to another came back: the pass's delete of its \
+         old copy cleared the mark that its new copy is gone",
+    ),
+    (7532, "the same, another path"),
 ];
 
 fn env_u64(name: &str) -> Option<u64> {

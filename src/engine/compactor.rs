@@ -79,15 +79,17 @@ impl Shared {
                 store.manifest = manifest;
                 // Jobs beyond the horizon that the buckets now hold as memory does: memory
                 // lets them go (in bounded chunks, so the timer gets the lock in between).
-                let mut evicted = 0;
-                for chunk in far.chunks(super::worker::LOCK_HOLD_ITEMS_MAX) {
-                    evicted += self.lock_state().after_pass(chunk);
-                }
+                // Deletes first: a job the pass moved from one far bucket into another is in
+                // both lists, and its only copy now is the new one.
                 for chunk in far_deleted.chunks(super::worker::LOCK_HOLD_ITEMS_MAX) {
                     let mut state = self.lock_state();
                     for id in chunk {
                         state.far_gone.remove(id);
                     }
+                }
+                let mut evicted = 0;
+                for chunk in far.chunks(super::worker::LOCK_HOLD_ITEMS_MAX) {
+                    evicted += self.lock_state().after_pass(chunk);
                 }
                 store.totals.evicted += evicted;
                 store.last_error = None;
