@@ -83,6 +83,16 @@ pub struct Config {
     /// [`StoreStats::damage`](crate::StoreStats::damage) and as `Error::CorruptedStore`.
     /// `timewheel verify` checks every file.
     pub verify_buckets_at_open: bool,
+    /// After the log could not grow for lack of space, new schedules are refused at once
+    /// (`Error::NoSpace`, nothing written, no allocation tried) for this many milliseconds, then
+    /// tried again; the wait doubles with each failure in a row, up to 100 times this. Cancels,
+    /// claims, completions and failures always try. 0: every schedule tries.
+    pub no_space_retry_ms: u64,
+    /// Bytes of the log kept for cancels, claims, completions and failures when the disk is
+    /// full: once the next segment's file can not be allocated, schedules are refused while
+    /// less than this is left in the current segment (at most a quarter of `segment_bytes`),
+    /// so a full disk can still be drained. 0: no reserve.
+    pub no_space_reserve_bytes: u64,
 }
 
 impl Config {
@@ -107,6 +117,8 @@ impl Config {
             bucket_runs_max: 16,
             horizon_ms: 3 * HOUR_MS,
             verify_buckets_at_open: false,
+            no_space_retry_ms: 100,
+            no_space_reserve_bytes: 1 << 20,
         }
     }
 
@@ -243,6 +255,18 @@ impl Config {
     /// Sets [`Config::verify_buckets_at_open`](Config#structfield.verify_buckets_at_open).
     pub fn verify_buckets_at_open(mut self, verify_buckets_at_open: bool) -> Self {
         self.verify_buckets_at_open = verify_buckets_at_open;
+        self
+    }
+
+    /// Sets [`Config::no_space_retry_ms`](Config#structfield.no_space_retry_ms).
+    pub fn no_space_retry_ms(mut self, no_space_retry_ms: u64) -> Self {
+        self.no_space_retry_ms = no_space_retry_ms;
+        self
+    }
+
+    /// Sets [`Config::no_space_reserve_bytes`](Config#structfield.no_space_reserve_bytes).
+    pub fn no_space_reserve_bytes(mut self, no_space_reserve_bytes: u64) -> Self {
+        self.no_space_reserve_bytes = no_space_reserve_bytes;
         self
     }
 

@@ -74,6 +74,9 @@ pub(crate) struct Shared {
     store: Mutex<compactor::StoreState>,
     /// Wakes the compactor thread to stop.
     compactor_wake: Condvar,
+    /// The log could not grow: `(segment, refuse schedules until this clock reading, the next
+    /// wait)`. See `Config::no_space_retry_ms`.
+    no_space: Mutex<Option<(u64, u64, u64)>>,
 }
 
 /// Schedules appended to the log but not yet durable, nor visible: pass it to
@@ -171,6 +174,7 @@ impl Engine {
             recovery: replayed.recovery,
             store: Mutex::new(compactor::StoreState::new(manifest, resident_below)),
             compactor_wake: Condvar::new(),
+            no_space: Mutex::new(None),
         });
         let weak = Arc::downgrade(&shared);
         shared.clock.on_advance(Arc::new(move || {
@@ -246,6 +250,8 @@ impl Engine {
         for spec in &specs {
             dues.push(sh.validate(spec, now_ms)?);
         }
+        // Bad input is refused as such, full disk or not.
+        sh.check_space(now_ms, specs.len())?;
         // Everything is valid: nothing below refuses input. The records are encoded with id 0
         // outside every lock; their ids are written in under the id lock.
         let mut body = Vec::with_capacity(specs.len() * 48);
@@ -290,11 +296,18 @@ impl Engine {
                 .into_iter()
                 .chain(schedule_records(&body, &ends));
             match sh.wal.append_batch_nowait(records) {
-                Ok(lsn) => lsn,
+                Ok(lsn) => {
+                    sh.space_ok();
+                    lsn
+                }
                 Err(e) => {
                     // Nothing was written: the ids are not taken.
                     *ledger = before;
-                    return Err(e.into());
+                    let e = Error::from(e);
+                    if let Error::NoSpace { segment, .. } = &e {
+                        sh.space_refused(*segment, now_ms);
+                    }
+                    return Err(e);
                 }
             }
         };
@@ -658,6 +671,84 @@ impl Shared {
             return Err(Error::Poisoned);
         }
         Ok(())
+    }
+
+    /// Refuses a schedule at once while the back-off after a failed allocation lasts; and,
+    /// when the next segment is not made and the current one is down to the reserve kept for
+    /// finishing jobs, makes the next one first (refusing the schedule if it can not).
+    fn check_space(&self, now_ms: u64, jobs: usize) -> Result<()> {
+        self.refused_for_now(now_ms)?;
+        let reserve = self
+            .config
+            .no_space_reserve_bytes
+            .min(self.config.segment_bytes / 4);
+        if reserve == 0 {
+            return Ok(());
+        }
+        let (left, next_ready) = self.wal.room();
+        // A rough size of the batch: its records are rarely smaller than this.
+        let needed = reserve.saturating_add(jobs as u64 * 64);
+        if next_ready || left >= needed {
+            return Ok(());
+        }
+        match self.wal.prepare_next_now() {
+            Ok(()) => {
+                self.space_ok();
+                Ok(())
+            }
+            Err(e) => {
+                let e = Error::from(e);
+                if let Error::NoSpace { segment, .. } = &e {
+                    self.space_refused(*segment, now_ms);
+                    tracing::warn!(
+                        segment,
+                        "the log is down to its reserve for finishing jobs; \
+                                   schedules are refused until space is freed"
+                    );
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// `NoSpace` while the back-off after a failed allocation lasts.
+    fn refused_for_now(&self, now_ms: u64) -> Result<()> {
+        match *lock(&self.no_space) {
+            Some((segment, until_ms, _)) if now_ms < until_ms => Err(Error::NoSpace {
+                segment,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::StorageFull,
+                    format!(
+                        "the log could not grow at the last attempt; schedules are refused \
+                         for {} ms more before it is tried again (cancel, claim, complete and \
+                         fail still try; compaction frees space)",
+                        until_ms - now_ms
+                    ),
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    fn space_refused(&self, segment: u64, now_ms: u64) {
+        let base = self.config.no_space_retry_ms;
+        if base == 0 {
+            return;
+        }
+        let mut no_space = lock(&self.no_space);
+        let wait = no_space.map_or(base, |(_, _, next)| next);
+        *no_space = Some((
+            segment,
+            now_ms.saturating_add(wait),
+            (wait * 2).min(base * 100),
+        ));
+    }
+
+    fn space_ok(&self) {
+        let mut no_space = lock(&self.no_space);
+        if no_space.is_some() {
+            *no_space = None;
+        }
     }
 
     /// Waits as long as the durability mode says an acknowledgement must.

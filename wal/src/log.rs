@@ -59,6 +59,8 @@ struct Shared<S: Storage> {
     /// The next segments' files, made ahead of need.
     next: Mutex<NextFiles<S::File>>,
     next_changed: Condvar,
+    /// When a failed preallocation was last logged, and how many were not logged since.
+    warned: Mutex<(Option<std::time::Instant>, u64)>,
 }
 
 /// Files made for segments the log has not rolled into yet: all zero, no header, directory
@@ -191,6 +193,7 @@ impl<S: Storage> Wal<S> {
                 stop: false,
             }),
             next_changed: Condvar::new(),
+            warned: Mutex::new((None, 0)),
             opts,
         });
         let preparer = if shared.storage.prepare_in_background() {
@@ -298,6 +301,32 @@ impl<S: Storage> Wal<S> {
             .front()
             .expect("a segment")
             .first_lsn
+    }
+
+    /// Bytes left in the segment being appended to, and whether the next segment's file is
+    /// made already (appends that fill this segment then need no allocation).
+    pub fn room(&self) -> (u64, bool) {
+        let log = lock(&self.shared.log);
+        let current = log.current();
+        let left = current
+            .file_bytes
+            .saturating_sub(log.cursor().block_start + log.cursor().group_bytes);
+        let id = current.id + 1;
+        drop(log);
+        (left, lock(&self.shared.next).ready.contains_key(&id))
+    }
+
+    /// Makes the next segment's file now, if it is not made yet, so that the appends that fill
+    /// the current segment can roll into it: `NoSpace` if it can not be allocated (nothing else
+    /// changes). Holds the append lock while it allocates (only called when space runs low).
+    pub fn prepare_next_now(&self) -> Result<(), Error> {
+        let log = lock(&self.shared.log);
+        if log.closed {
+            return Err(Error::Closed);
+        }
+        let id = log.current().id + 1;
+        let mut made = Vec::new();
+        self.shared.ensure_next(id, &mut made)
     }
 
     /// Poisons the log as a failed sync of its own would: every waiter gets
@@ -735,11 +764,29 @@ impl<S: Storage> Shared<S> {
                         let _ = self.storage.remove(&segment_file_name(id));
                     }
                 }
-                tracing::warn!(segment = current + k, error = %e, "WAL could not preallocate a segment");
+                self.warn_preallocate(current + k, &e);
                 return Err(e);
             }
         }
         Ok(())
+    }
+
+    /// Logs a failed preallocation at most once a second (a full disk refuses every append that
+    /// needs a new segment: hundreds a second would flood a log whose reader is slow), with the
+    /// count of those not logged since.
+    fn warn_preallocate(&self, segment: u64, e: &Error) {
+        let mut last = lock(&self.warned);
+        let now = std::time::Instant::now();
+        if last
+            .0
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
+            last.1 += 1;
+            return;
+        }
+        let suppressed = std::mem::take(&mut last.1);
+        last.0 = Some(now);
+        tracing::warn!(segment, error = %e, suppressed, "WAL could not preallocate a segment");
     }
 
     /// Makes sure the file of segment `id` is ready: made ahead, or being made by the preparer
