@@ -93,6 +93,10 @@ pub struct Config {
     /// less than this is left in the current segment (at most a quarter of `segment_bytes`),
     /// so a full disk can still be drained. 0: no reserve.
     pub no_space_reserve_bytes: u64,
+    /// Bytes of a file (`BALLAST`) the engine keeps in the data directory and gives up when the
+    /// disk is full, so that compaction, which writes its new files before it deletes the ones
+    /// they replace, can still run and free space; made again once there is room. 0: none.
+    pub disk_ballast_bytes: u64,
 }
 
 impl Config {
@@ -119,6 +123,7 @@ impl Config {
             verify_buckets_at_open: false,
             no_space_retry_ms: 100,
             no_space_reserve_bytes: 1 << 20,
+            disk_ballast_bytes: 8 << 20,
         }
     }
 
@@ -267,6 +272,12 @@ impl Config {
     /// Sets [`Config::no_space_reserve_bytes`](Config#structfield.no_space_reserve_bytes).
     pub fn no_space_reserve_bytes(mut self, no_space_reserve_bytes: u64) -> Self {
         self.no_space_reserve_bytes = no_space_reserve_bytes;
+        self
+    }
+
+    /// Sets [`Config::disk_ballast_bytes`](Config#structfield.disk_ballast_bytes).
+    pub fn disk_ballast_bytes(mut self, disk_ballast_bytes: u64) -> Self {
+        self.disk_ballast_bytes = disk_ballast_bytes;
         self
     }
 

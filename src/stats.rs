@@ -83,6 +83,8 @@ pub struct StoreStats {
     pub loaded: u64,
     /// Scheduled jobs kept on disk only now.
     pub non_resident: u64,
+    /// Times the disk was full and the ballast file was given up to compaction, since open.
+    pub ballast_released: u64,
     /// Damage found in a bucket file beyond the horizon since open, when it was read (its
     /// jobs can not fire; `timewheel verify` names the file).
     pub damage: Option<String>,

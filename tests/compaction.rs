@@ -251,3 +251,59 @@ fn ids_grow_and_name_their_hour() {
         "a job due already is kept in the hour it was accepted"
     );
 }
+
+/// A full disk: compaction must write its new files before it may delete the old ones, so the
+/// engine keeps a ballast file and gives it up to a pass that finds no room; the pass then frees
+/// the journal, schedules work again, and the ballast comes back.
+#[test]
+fn a_full_disk_gives_up_the_ballast_so_compaction_can_free_space() {
+    let disk = FaultDisk::new(77);
+    let clock = ManualClock::new(T0);
+    let mut c = small_segments();
+    c.disk_ballast_bytes = 256 << 10;
+    c.no_space_retry_ms = 0;
+    let engine = Engine::open_on(disk.storage(), c, Arc::new(clock.clone())).unwrap();
+    assert!(disk.live_names().iter().any(|n| n == "BALLAST"));
+    // Fill a disk of 1 MiB (the ballast and about 11 segments) with jobs.
+    disk.set_capacity_bytes(Some(1 << 20));
+    let mut ids = Vec::new();
+    loop {
+        match engine.schedule_batch((0..50).map(|_| JobSpec::at(T0 + HOUR).payload(vec![1; 200]))) {
+            Ok(new) => ids.extend(new),
+            Err(timewheel::Error::NoSpace { .. }) => break,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert!(ids.len() > 1_000, "{}", ids.len());
+    // Cancels go into the reserve kept for them, until even that is full.
+    let mut cancelled = 0;
+    for chunk in ids.chunks(20) {
+        match engine.cancel_batch(chunk) {
+            Ok(_) => cancelled += chunk.len(),
+            Err(timewheel::Error::NoSpace { .. }) => break,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert!(
+        cancelled >= 100,
+        "the reserve held some cancels: {cancelled}"
+    );
+    let before = engine.store_stats();
+    let r = engine
+        .compact()
+        .expect("the pass runs once the ballast is given up");
+    assert!(r.segments_deleted > 0, "{r:?}");
+    let after = engine.store_stats();
+    assert_eq!(
+        after.ballast_released, 1,
+        "the pass found no room at first: {after:?}"
+    );
+    assert!(after.journal_segments < before.journal_segments);
+    engine
+        .schedule(JobSpec::at(T0 + HOUR))
+        .expect("schedules work again");
+    assert!(
+        disk.live_names().iter().any(|n| n == "BALLAST"),
+        "the ballast is made again once there is room"
+    );
+}

@@ -157,6 +157,7 @@ fn config() -> Config {
     c.payload_bytes_max = 256;
     c.lease_ms = LEASE_MS;
     c.timer_thread = false;
+    c.disk_ballast_bytes = 0;
     assert_eq!(c.id_block, ID_BLOCK);
     c
 }

@@ -38,6 +38,7 @@ fn config() -> Config {
     c.segment_bytes = 16 << 10;
     c.payload_bytes_max = 256;
     c.bucket_runs_max = 2;
+    c.disk_ballast_bytes = 0;
     c
 }
 

@@ -69,7 +69,24 @@ impl Shared {
             return Ok(None);
         };
         let far_from = store.resident_below;
-        match compact::pass(&self.wal, &store.manifest, fold_to, limits, far_from) {
+        let mut passed = compact::pass(&self.wal, &store.manifest, fold_to, limits, far_from);
+        if let Err(failed) = &passed
+            && failed.manifest_known
+            && crate::store::is_no_space(&failed.error)
+        {
+            // The disk is full: give up the ballast and try once more, so that the pass can
+            // write what it must before it deletes what it frees.
+            match crate::store::release_ballast(self.wal.storage()) {
+                Ok(true) => {
+                    store.totals.ballast_released += 1;
+                    tracing::warn!("the disk is full: gave up the ballast file for compaction");
+                    passed = compact::pass(&self.wal, &store.manifest, fold_to, limits, far_from);
+                }
+                Ok(false) => {}
+                Err(e) => return Err(self.compaction_failed(&mut store, e, true)),
+            }
+        }
+        match passed {
             Ok(compact::PassOutput {
                 manifest,
                 report,
@@ -102,26 +119,42 @@ impl Shared {
                 t.buckets_dropped += report.buckets_dropped;
                 t.last_compaction = report.elapsed;
                 tracing::debug!(?report, "compacted");
+                // Room again, most likely: the ballast back for the next time the disk fills.
+                if let Err(e) =
+                    crate::store::ensure_ballast(self.wal.storage(), self.config.disk_ballast_bytes)
+                {
+                    return Err(self.compaction_failed(&mut store, e, true));
+                }
                 Ok(Some(report))
             }
             Err(failed) => {
-                let why = failed.error.to_string();
-                if crate::store::is_sync_failure(&failed.error) {
-                    // Nothing is acknowledged after a failed sync, of the journal or beside it.
-                    self.wal.poison();
-                    tracing::error!(error = %why, "a compaction sync failed; the engine is poisoned");
-                }
-                if failed.manifest_known {
-                    tracing::warn!(error = %why, "compaction failed; it is retried later");
-                } else {
-                    tracing::error!(error = %why, "compaction failed while replacing the manifest; \
-                                    it stops until the engine is reopened");
-                    store.stopped = Some(why.clone());
-                }
-                store.last_error = Some(why);
-                Err(failed.error)
+                Err(self.compaction_failed(&mut store, failed.error, failed.manifest_known))
             }
         }
+    }
+
+    /// Records a failed pass (or a failed step around one) and returns its error.
+    fn compaction_failed(
+        &self,
+        store: &mut StoreState,
+        error: Error,
+        manifest_known: bool,
+    ) -> Error {
+        let why = error.to_string();
+        if crate::store::is_sync_failure(&error) {
+            // Nothing is acknowledged after a failed sync, of the journal or beside it.
+            self.wal.poison();
+            tracing::error!(error = %why, "a compaction sync failed; the engine is poisoned");
+        }
+        if manifest_known {
+            tracing::warn!(error = %why, "compaction failed; it is retried later");
+        } else {
+            tracing::error!(error = %why, "compaction failed while replacing the manifest; \
+                            it stops until the engine is reopened");
+            store.stopped = Some(why.clone());
+        }
+        store.last_error = Some(why);
+        error
     }
 
     /// What the data directory holds, and what compaction did since open.

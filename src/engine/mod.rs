@@ -146,6 +146,9 @@ impl Engine {
         };
         let (wal, report) = Wal::open(storage, options)?;
         let manifest = crate::store::open(wal.storage(), wal.first_lsn())?;
+        if !crate::store::ensure_ballast(wal.storage(), config.disk_ballast_bytes)? {
+            tracing::warn!("no room for the ballast file a full disk would give up to compaction");
+        }
         let (ready_tx, ready_rx) = crossbeam_channel::unbounded();
         let mut state = State::new(clock.now_ms(), 0, config.lease_ms, ready_tx);
         let resident_below =

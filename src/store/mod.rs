@@ -46,6 +46,50 @@ fn corrupted(file: impl Into<String>, offset: u64, reason: impl Into<String>) ->
     }
 }
 
+/// The file kept to be given up when the disk is full, so that a compaction pass (which must
+/// write its runs and manifest before it may delete anything) can still run and free space.
+pub const BALLAST_NAME: &str = "BALLAST";
+
+/// Whether `e` says the disk is full.
+pub(crate) fn is_no_space(e: &Error) -> bool {
+    let full =
+        |io: &io::Error| io.kind() == io::ErrorKind::StorageFull || io.raw_os_error() == Some(28);
+    match e {
+        Error::NoSpace { .. } => true,
+        Error::Io(io) => full(io),
+        _ => false,
+    }
+}
+
+/// Makes the ballast file of `bytes` bytes if it is missing and the disk has room. `Ok(false)`
+/// when there is no room for it (not an error: it is made again later).
+pub(crate) fn ensure_ballast<S: Storage>(storage: &S, bytes: u64) -> Result<bool> {
+    if bytes == 0 || storage.list()?.iter().any(|n| n == BALLAST_NAME) {
+        return Ok(true);
+    }
+    match storage.create(BALLAST_NAME, bytes) {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::StorageFull || e.raw_os_error() == Some(28) => {
+            return Ok(false);
+        }
+        Err(e) => return Err(e.into()),
+    }
+    sync_dir(storage)?;
+    Ok(true)
+}
+
+/// Gives the ballast file up (its space is free once the directory is synced). `Ok(false)` if
+/// there was none.
+pub(crate) fn release_ballast<S: Storage>(storage: &S) -> Result<bool> {
+    match storage.remove(BALLAST_NAME) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e.into()),
+    }
+    sync_dir(storage)?;
+    Ok(true)
+}
+
 /// Marks an I/O error as a failed sync: after one, nothing may be acknowledged (the engine
 /// poisons its journal too).
 #[derive(Debug)]

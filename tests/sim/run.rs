@@ -145,6 +145,9 @@ impl Sim {
         // Media damage in a bucket beyond the horizon is found at open, where the oracle looks
         // for it (the engine's default finds it when the bucket is read).
         c.verify_buckets_at_open = true;
+        // No ballast: an open on a disk armed with ENOSPC must fail (the oracle's rule), and a
+        // ballast is made at open, where it may not fail an open (see tests/compaction.rs).
+        c.disk_ballast_bytes = 0;
         // From the model's id block (the seed), not the stream: an hour (most jobs beyond it,
         // kept on disk once compacted), the default, or a year (everything resident).
         c.horizon_ms = match self.model.id_block % 3 {
