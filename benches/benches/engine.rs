@@ -1,7 +1,8 @@
 //! End-to-end engine benchmarks, with the peers measured in the same run.
 //!
 //! `cargo bench -p timewheel-benches --bench engine` (add `-- quick` for a smaller run; name
-//! workloads to run only those: `-- quick batch recovery`; `no-peers` skips SQLite and Redis).
+//! workloads to run only those: `-- quick batch recovery`; `no-peers` skips SQLite and Redis;
+//! `no-evict` keeps every job resident in `lateness-compacting`).
 //!
 //! Figures: durable `schedule_batch` throughput; single durable `schedule` calls from 1, 8 and
 //! 64 threads; fire lateness with 1M pending and ~100k fires/s; recovery time for 10M jobs.
@@ -255,7 +256,11 @@ fn lateness(root: &Path, s: &Sizes, compacting: bool) {
         "\n## Fire lateness: {n} jobs pending, due over {:.1} s (~100k fires/s), 2 workers claiming{beside}",
         window_ms as f64 / 1000.0
     );
-    let config = Config::new(fresh(root, "late")).compact_interval_ms(0);
+    let mut config = Config::new(fresh(root, "late")).compact_interval_ms(0);
+    if std::env::args().any(|a| a == "no-evict") {
+        // Every job stays resident: the passes write, but evict nothing.
+        config = config.horizon_ms(366 * 24 * 3_600_000);
+    }
     let engine = Arc::new(Engine::open(config).expect("open"));
     if compacting {
         let far = now_ms() + 3_600_000;
