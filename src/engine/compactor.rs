@@ -18,8 +18,8 @@ use crate::stats::{CompactionReport, StoreStats};
 use crate::store::compact::{self, Limits};
 use crate::store::manifest::Manifest;
 
-/// Jobs evicted per hold of the state lock after a pass.
-const EVICT_CHUNK: usize = 64;
+/// Jobs evicted (after a pass) or read back (for a call) per hold of the state lock.
+const JOBS_PER_LOCK_HOLD: usize = 64;
 
 /// What the engine knows of its store.
 pub(crate) struct StoreState {
@@ -108,7 +108,7 @@ impl Shared {
                     }
                 }
                 let mut evicted = 0;
-                for chunk in far.chunks(EVICT_CHUNK) {
+                for chunk in far.chunks(JOBS_PER_LOCK_HOLD) {
                     evicted += self.lock_state().after_pass(chunk);
                     // Let the timer and the calls at the lock between chunks: a pass may evict
                     // a million jobs (measured: chunks of 256 back to back put 7-38 ms tails
@@ -235,12 +235,12 @@ impl Shared {
     /// Puts the jobs of `ids` that are kept on disk only back into memory, so that a call can
     /// change or show them. Costs nothing when no bucket beyond the horizon exists or memory
     /// holds every id.
-    pub(super) fn fault_in_ids(&self, ids: impl Iterator<Item = JobId> + Clone) -> Result<()> {
-        if self.lock_state().non_resident == 0 {
-            return Ok(());
-        }
+    pub(super) fn fault_in_ids(&self, ids: impl Iterator<Item = JobId>) -> Result<()> {
         let absent: Vec<JobId> = {
             let state = self.lock_state();
+            if state.non_resident == 0 {
+                return Ok(());
+            }
             ids.filter(|id| !state.jobs.contains_key(id) && !state.far_gone.contains(id))
                 .collect()
         };
@@ -248,19 +248,23 @@ impl Shared {
             return Ok(());
         }
         let mut store = lock(&self.store);
-        for id in absent {
-            let found = crate::store::read_far_job(
-                self.wal.storage(),
-                &store.manifest,
-                store.resident_below,
-                id,
-            )
-            .inspect_err(|e| note_damage(&mut store.damage, e))?;
-            if let Some(job) = found {
-                let mut state = self.lock_state();
-                if state.fault_in(&job, true) && job.due_ms < state.sleeping_until_ms {
-                    self.wake.notify_all();
+        let found = crate::store::read_far_jobs(
+            self.wal.storage(),
+            &store.manifest,
+            store.resident_below,
+            &absent,
+        )
+        .inspect_err(|e| note_damage(&mut store.damage, e))?;
+        for chunk in found.chunks(JOBS_PER_LOCK_HOLD) {
+            let mut state = self.lock_state();
+            let mut earliest = u64::MAX;
+            for job in chunk {
+                if state.fault_in(job, true) {
+                    earliest = earliest.min(job.due_ms);
                 }
+            }
+            if earliest < state.sleeping_until_ms {
+                self.wake.notify_all();
             }
         }
         Ok(())

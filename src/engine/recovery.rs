@@ -78,11 +78,7 @@ pub(super) fn replay<S: Storage>(
             .saturating_sub(state.non_resident)
             .min(RESERVE_JOBS_MAX) as usize,
     );
-    let locator = store::Locator::new(manifest).map_err(|(a, b)| Error::CorruptedStore {
-        file: store::manifest::MANIFEST_NAME.into(),
-        offset: 0,
-        reason: format!("live buckets {a} and {b} share their id bits"),
-    })?;
+    let locator = store::Locator::new(manifest)?;
     // Far buckets a replayed record needed, read once each.
     let mut far_read: std::collections::HashMap<u64, std::collections::BTreeMap<JobId, StoredJob>> =
         Default::default();

@@ -219,7 +219,7 @@ fn fold<S: Storage>(
     let mut next = manifest.clone();
     next.generation += 1;
     next.covered_lsn = fold_to;
-    let locator = Locator::new(manifest).map_err(|(a, b)| collision(a, b))?;
+    let locator = Locator::new(manifest)?;
 
     // 1. Net the records per job.
     let mut tracks: BTreeMap<JobId, Track> = BTreeMap::new();
@@ -311,7 +311,7 @@ fn fold<S: Storage>(
         match track {
             Track::New { job, home, target } => {
                 if target != home {
-                    place_moved(&mut next, id, target);
+                    next.moved.insert(id, target);
                 }
                 deltas.entry(target).or_default().puts.push(job);
             }
@@ -332,7 +332,7 @@ fn fold<S: Storage>(
                     Some(target) if target != bucket => {
                         next.moved.remove(&id);
                         if target % (1 << JobId::BUCKET_BITS) != id.bucket_residue() {
-                            place_moved(&mut next, id, target);
+                            next.moved.insert(id, target);
                         }
                         deltas.entry(bucket).or_default().deletes.push(id);
                         moving.entry(bucket).or_default().push((target, patch));
@@ -461,7 +461,7 @@ fn fold<S: Storage>(
         next.buckets.insert(bucket, entry);
     }
     next.moved.retain(|_, b| next.buckets.contains_key(b));
-    Locator::new(&next).map_err(|(a, b)| collision(a, b))?;
+    Locator::new(&next)?;
 
     // The runs' directory entries, before a manifest names them.
     sync_dir(storage)?;
@@ -503,20 +503,4 @@ fn set_lease(track: &mut Track, attempt: u32, leased: bool) {
         }
         Track::Old { lease, .. } => *lease = Some((attempt, leased)),
     }
-}
-
-/// Records that `id` lives in `bucket`, not in the home bucket its id names.
-fn place_moved(manifest: &mut Manifest, id: JobId, bucket: u64) {
-    manifest.moved.insert(id, bucket);
-}
-
-fn collision(a: u64, b: u64) -> Error {
-    corrupted(
-        super::manifest::MANIFEST_NAME,
-        0,
-        format!(
-            "live buckets {a} and {b} are 2^20 hours apart: job ids can not tell them apart \
-             (a job has been live for over 19 years past its due time)"
-        ),
-    )
 }

@@ -52,13 +52,15 @@ pub const BALLAST_NAME: &str = "BALLAST";
 
 /// Whether `e` says the disk is full.
 pub(crate) fn is_no_space(e: &Error) -> bool {
-    let full =
-        |io: &io::Error| io.kind() == io::ErrorKind::StorageFull || io.raw_os_error() == Some(28);
     match e {
         Error::NoSpace { .. } => true,
-        Error::Io(io) => full(io),
+        Error::Io(io) => io_full(io),
         _ => false,
     }
+}
+
+fn io_full(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::StorageFull || e.raw_os_error() == Some(28)
 }
 
 /// Makes the ballast file of `bytes` bytes if it is missing and the disk has room. `Ok(false)`
@@ -69,7 +71,7 @@ pub(crate) fn ensure_ballast<S: Storage>(storage: &S, bytes: u64) -> Result<bool
     }
     match storage.create(BALLAST_NAME, bytes) {
         Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::StorageFull || e.raw_os_error() == Some(28) => {
+        Err(e) if io_full(&e) => {
             return Ok(false);
         }
         Err(e) => return Err(e.into()),
@@ -237,26 +239,30 @@ pub(crate) fn load_bucket<S: Storage>(
     Ok(jobs)
 }
 
-/// The job `id` as the bucket files hold it, if a live bucket from `far_from` on holds it (a
-/// job kept on disk only); `None` for a job no such bucket holds.
-pub(crate) fn read_far_job<S: Storage>(
+/// The jobs of `ids` as the bucket files hold them, for those a live bucket from `far_from`
+/// on holds (jobs kept on disk only); each bucket read once.
+pub(crate) fn read_far_jobs<S: Storage>(
     storage: &S,
     manifest: &Manifest,
     far_from: u64,
-    id: JobId,
-) -> Result<Option<StoredJob>> {
-    let locator = Locator::new(manifest).map_err(|(a, b)| {
-        corrupted(
-            MANIFEST_NAME,
-            0,
-            format!("live buckets {a} and {b} share their id bits"),
-        )
-    })?;
-    let Some(bucket) = locator.locate(manifest, id).filter(|&b| b >= far_from) else {
-        return Ok(None);
-    };
-    let entry = &manifest.buckets[&bucket];
-    Ok(load_bucket(storage, bucket, entry)?.remove(&id))
+    ids: &[JobId],
+) -> Result<Vec<StoredJob>> {
+    let locator = Locator::new(manifest)?;
+    let mut read: HashMap<u64, BTreeMap<JobId, StoredJob>> = HashMap::new();
+    let mut found = Vec::new();
+    for &id in ids {
+        let Some(bucket) = locator.locate(manifest, id).filter(|&b| b >= far_from) else {
+            continue;
+        };
+        let jobs = match read.entry(bucket) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(load_bucket(storage, bucket, &manifest.buckets[&bucket])?)
+            }
+        };
+        found.extend(jobs.remove(&id));
+    }
+    Ok(found)
 }
 
 /// Which live bucket holds a job: the one its id names (the live bucket with the same
@@ -268,12 +274,20 @@ pub(crate) struct Locator {
 impl Locator {
     /// Refuses a set of live buckets in which two share a residue (they are 2<sup>20</sup>
     /// hours, about 119 years, apart): an id would not say which one holds its job.
-    pub fn new(manifest: &Manifest) -> std::result::Result<Locator, (u64, u64)> {
+    pub fn new(manifest: &Manifest) -> Result<Locator> {
         let mut by_residue = HashMap::with_capacity(manifest.buckets.len());
         for &bucket in manifest.buckets.keys() {
             let residue = JobId::compose(0, bucket).bucket_residue();
             if let Some(other) = by_residue.insert(residue, bucket) {
-                return Err((other, bucket));
+                return Err(corrupted(
+                    MANIFEST_NAME,
+                    0,
+                    format!(
+                        "live buckets {other} and {bucket} are 2^20 hours apart: job ids can \
+                         not tell them apart (a job has been live for over 19 years past its \
+                         due time)"
+                    ),
+                ));
             }
         }
         Ok(Locator { by_residue })
