@@ -226,6 +226,12 @@ impl Harness {
     }
 
     fn check(&self) {
+        if let Some(at) = self.wheel.look_ahead_due() {
+            assert!(
+                at > self.model.wheel_now_ms,
+                "look-ahead due {at} is not ahead"
+            );
+        }
         assert_eq!(self.wheel.len(), self.model.pending.len());
         assert_eq!(self.wheel.is_empty(), self.model.pending.is_empty());
         let next = self.wheel.next_due();
@@ -298,4 +304,67 @@ fn burst_drained_in_batches_while_inserts_and_cancels_flow() {
     }
     h.apply(&Op::Advance(6 * DAY as i64, u16::MAX));
     h.finish();
+}
+
+/// Cancels and reschedules pile up past the sweep's floor: the sweep reclaims the far
+/// tombstones while the clock moves, and every live timer still fires in order, none early.
+#[test]
+fn mass_cancels_are_swept_while_the_rest_fire_in_order() {
+    let mut h = Harness::new();
+    let n = 150_000usize;
+    for i in 0..n as u64 {
+        h.insert(T0 + 1 + (i * 7_919) % (3 * HOUR));
+    }
+    for k in (0..n).filter(|k| k % 3 != 0) {
+        h.apply(&Op::Cancel(k));
+    }
+    for k in (0..n).step_by(30) {
+        h.apply(&Op::Reschedule(k, Due::Hours((k as u64 * 13) % (3 * HOUR))));
+    }
+    assert!(h.wheel.tombstones() >= 65_536, "{}", h.wheel.tombstones());
+    // Idle polls a millisecond apart: each sweeps a step.
+    for _ in 0..400 {
+        h.apply(&Op::Advance(1, u16::MAX));
+    }
+    let stats = h.wheel.work_stats();
+    assert!(stats.swept_total >= 100_000, "{stats:?}");
+    assert!(
+        h.wheel.tombstones() < 2_000,
+        "only tombstones of the next two minutes wait for their cascade: {}",
+        h.wheel.tombstones()
+    );
+    for round in 0..2_000u64 {
+        h.apply(&Op::Advance(((round * 7_777) % 20_000) as i64, u16::MAX));
+        if round % 3 == 0 {
+            h.apply(&Op::Insert(Due::Hours((round * 1_234_567) % (3 * HOUR))));
+            h.apply(&Op::Cancel(round as usize * 977));
+        }
+    }
+    h.finish();
+}
+
+/// A caller that schedules and cancels far-future timers and never polls (the wheel's time
+/// stands still) must not grow the wheel without bound: placements drive the sweep.
+#[test]
+fn churn_without_polls_keeps_tombstones_bounded() {
+    let mut wheel = TimingWheel::new(T0);
+    let keep: Vec<TimerKey> = (0..10_000u64)
+        .map(|i| wheel.insert(T0 + HOUR + i, i))
+        .collect();
+    let mut most = 0;
+    for i in 0..2_000_000u64 {
+        let key = wheel.insert(T0 + 2 * HOUR + i % (10 * HOUR), i);
+        assert_eq!(wheel.cancel(key), Some(i));
+        most = most.max(wheel.tombstones());
+    }
+    assert!(most <= 200_000, "tombstones peaked at {most}");
+    assert_eq!(wheel.len(), keep.len());
+    let mut fired = 0;
+    while let Some(next) = wheel.next_due() {
+        while let Some((_, due, v)) = wheel.poll(next) {
+            assert_eq!(due, T0 + HOUR + v, "only the kept timers fire");
+            fired += 1;
+        }
+    }
+    assert_eq!(fired, keep.len());
 }

@@ -110,3 +110,44 @@ fn a_jump_over_days_cascades_each_timer_at_most_twice() {
     assert_eq!(fired, n);
     assert!(wheel.work_stats().cascaded_total <= 2 * n);
 }
+
+/// A caller that sleeps until the earlier of `next_due` and `look_ahead_due` (as the engine's
+/// timer thread does) meets no cascade bigger than the budget, even for a burst of 500 000
+/// timers in one millisecond, though it does not poll every millisecond.
+#[test]
+fn waking_at_look_ahead_due_keeps_a_sleeping_caller_within_the_budget() {
+    let burst_ms = T0 + 5 * 60_000 + 30_000;
+    let mut wheel = TimingWheel::new(T0);
+    for i in 0..500_000u64 {
+        wheel.insert(burst_ms, i);
+    }
+    for i in 0..1_000u64 {
+        wheel.insert(T0 + 1 + i * 997, i);
+    }
+    let (mut polls, mut fired) = (0u64, 0u64);
+    let mut now = T0;
+    loop {
+        let wake = match (wheel.next_due(), wheel.look_ahead_due()) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(a), None) => a,
+            (None, _) => break,
+        };
+        assert!(wake >= now, "never a wake-up in the past");
+        now = wake;
+        polls += 1;
+        while let Some((_, due, _)) = wheel.poll(now) {
+            assert!(due <= now);
+            fired += 1;
+        }
+    }
+    assert_eq!(fired, 501_000);
+    let stats = wheel.work_stats();
+    assert!(
+        stats.cascaded_per_poll_max <= CASCADE_PER_POLL_MAX as u64,
+        "{stats:?}"
+    );
+    assert!(
+        polls < 10_000,
+        "woken {polls} times: about one per cascade step and per due time"
+    );
+}

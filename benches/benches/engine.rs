@@ -5,7 +5,8 @@
 //! `no-evict` keeps every job resident in `lateness-compacting`).
 //!
 //! Figures: durable `schedule_batch` throughput; single durable `schedule` calls from 1, 8 and
-//! 64 threads; fire lateness with 1M pending and ~100k fires/s; recovery time for 10M jobs.
+//! 64 threads; fire lateness with 1M pending and ~100k fires/s; recovery time for 10M jobs;
+//! compaction, the resident horizon, and a burst of 1M jobs due in one millisecond.
 //! Peers, where a peer exists: SQLite (WAL mode, synchronous=FULL: durable like us) and Redis
 //! (ZADD with appendonly yes, appendfsync always) when `redis-server` is installed.
 
@@ -26,6 +27,9 @@ struct Sizes {
     recovery_jobs: u64,
     compaction_jobs: u64,
     horizon_jobs: u64,
+    burst_jobs: u64,
+    /// How far ahead the burst is scheduled: 70 s puts it in the minute ring.
+    burst_ahead_ms: u64,
 }
 
 fn main() {
@@ -44,6 +48,8 @@ fn main() {
             recovery_jobs: 1_000_000,
             compaction_jobs: 1_000_000,
             horizon_jobs: 2_000_000,
+            burst_jobs: 200_000,
+            burst_ahead_ms: 3_000,
         }
     } else {
         Sizes {
@@ -53,6 +59,8 @@ fn main() {
             recovery_jobs: 10_000_000,
             compaction_jobs: 10_000_000,
             horizon_jobs: 20_000_000,
+            burst_jobs: 1_000_000,
+            burst_ahead_ms: 70_000,
         }
     };
     let root = bench_dir();
@@ -72,6 +80,7 @@ fn main() {
                 "recovery",
                 "compaction",
                 "horizon",
+                "burst",
             ]
             .contains(&a.as_str())
         })
@@ -98,6 +107,9 @@ fn main() {
     }
     if wanted("horizon") {
         horizon(&root, &sizes);
+    }
+    if wanted("burst") {
+        burst(&root, &sizes);
     }
     std::fs::remove_dir_all(&root).ok();
 }
@@ -619,4 +631,82 @@ fn cpu_seconds() -> f64 {
     let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
     (ticks(11) + ticks(12)) / 100.0
+}
+
+/// 1M jobs due in the same millisecond, scheduled 70 s ahead (so they wait in the minute ring
+/// and cascade twice; the quick run: 200k, 3 s ahead): how long after their due time the last one is in the ready queue (a
+/// reader takes the ids off as they come), and the latency of single durable schedules from
+/// another thread meanwhile, from 200 ms before the due time until the last id is out.
+fn burst(root: &Path, s: &Sizes) {
+    let n = s.burst_jobs;
+    println!(
+        "\n## Burst: {n} jobs due in one millisecond, {} s ahead, single schedules beside it",
+        s.burst_ahead_ms / 1000
+    );
+    let config = Config::new(fresh(root, "burst")).compact_interval_ms(0);
+    let engine = Arc::new(Engine::open(config).expect("open"));
+    let due = now_ms() + s.burst_ahead_ms;
+    let mut i = 0;
+    while i < n {
+        let m = 10_000.min(n - i);
+        engine
+            .schedule_batch((0..m).map(|_| JobSpec::at(due)))
+            .expect("schedule");
+        i += m;
+    }
+    let finished = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (engine, finished) = (engine.clone(), finished.clone());
+        std::thread::spawn(move || {
+            let ready = engine.ready();
+            let mut got = 0;
+            while got < n {
+                if ready.recv_timeout(Duration::from_secs(120)).is_err() {
+                    panic!("only {got} of {n} fired");
+                }
+                got += 1;
+            }
+            let last_ms = now_ms();
+            finished.store(true, Ordering::Release);
+            last_ms
+        })
+    };
+    let scheduler = {
+        let (engine, finished) = (engine.clone(), finished.clone());
+        std::thread::spawn(move || {
+            let mut latencies_us = Vec::new();
+            while now_ms() + 200 < due {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            while !finished.load(Ordering::Acquire) {
+                let t = Instant::now();
+                engine
+                    .schedule(JobSpec::at(due + 3_600_000))
+                    .expect("schedule");
+                latencies_us.push(t.elapsed().as_micros() as u64);
+            }
+            latencies_us
+        })
+    };
+    let last_ms = reader.join().expect("reader");
+    let mut latencies = scheduler.join().expect("scheduler");
+    latencies.sort_unstable();
+    let pick = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
+    println!("| figure | value |");
+    println!("|---|---|");
+    println!(
+        "| last of the burst in the ready queue | {} ms after its due time |",
+        last_ms.saturating_sub(due)
+    );
+    println!(
+        "| single durable schedules meanwhile | {} calls: p50 {} us, p99 {} us, max {} us |",
+        latencies.len(),
+        pick(0.5),
+        pick(0.99),
+        latencies.last().copied().unwrap_or(0)
+    );
+    Arc::into_inner(engine)
+        .expect("joined")
+        .close()
+        .expect("close");
 }

@@ -636,7 +636,12 @@ impl State {
         let due = if self.draining {
             None
         } else {
-            self.due.next_due()
+            // Also wake where the wheel can cascade a coming slot ahead of time in bounded
+            // steps, rather than all of it in one lock hold when it comes.
+            match (self.due.next_due(), self.due.look_ahead_due()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
         };
         match (due, self.leases.next_due()) {
             (Some(a), Some(b)) => Some(a.min(b)),

@@ -14,12 +14,13 @@
 //! ahead of time (look-ahead cascading, see `mod.rs`): the slots of the next second are the
 //! slots of the previous one, which are empty by then.
 //!
-//! Every slot is the head of a doubly linked list threaded through the slab. A bit per slot says
-//! whether the list is non-empty, and a summary bit per 64-slot word says whether the word is
-//! non-zero, so the first occupied slot of a ring is found with at most four word reads, however
-//! many slots are empty.
+//! Every slot is a list of blocks of items (`block.rs`). A bit per slot says whether it holds a
+//! block, and a summary bit per 64-slot word says whether the word is non-zero, so the first
+//! occupied slot of a ring is found with at most four word reads, however many slots are empty.
 
-use super::slab::NIL;
+#[cfg(doc)]
+use super::block::SMALL_BLOCK_ITEMS;
+use super::block::{Item, Pool, Slot};
 
 /// Milliseconds in a second.
 pub(crate) const MS_PER_SECOND: u64 = 1_000;
@@ -37,20 +38,6 @@ pub const HORIZON_HOURS: usize = 64;
 /// Slots of the minute ring: 60 minute slots for each resident hour bucket.
 pub(crate) const MINUTE_SLOTS: usize = HORIZON_HOURS * 60;
 
-/// Lists per slot of the second and minute rings. A timer's lane is its slab index modulo the
-/// lanes. Cascading a slot reads the heads of all its lanes before moving any, so that their
-/// cache misses overlap instead of following one chain of `next` links miss after miss.
-pub(crate) const SECOND_LANES: usize = 4;
-pub(crate) const MINUTE_LANES: usize = 8;
-/// The most lanes of any ring.
-pub(crate) const LANES_MAX: usize = 8;
-
-/// First list id of each ring in the single id space stored in a list head's `prev` link.
-const SECOND_BASE: u32 = MS_SLOTS as u32;
-const MINUTE_BASE: u32 = SECOND_BASE + (SECOND_SLOTS * SECOND_LANES) as u32;
-/// The one list id of all overflow lists; the list is found by its due minute instead.
-pub(crate) const OVERFLOW_ID: u32 = MINUTE_BASE + (MINUTE_SLOTS * MINUTE_LANES) as u32;
-
 // A ring is a whole number of periods of the tier above it, so that ring index and calendar agree.
 const _: () = assert!((MS_SLOTS as u64).is_multiple_of(MS_PER_SECOND));
 const _: () = assert!(SECOND_SLOTS.is_multiple_of(60));
@@ -61,11 +48,6 @@ const _: () = assert!(SECOND_SLOTS >= 2 * 60);
 const _: () = assert!(MINUTE_SLOTS >= 2 * 60);
 // One summary word covers a ring: at most 64 words of 64 slots.
 const _: () = assert!(MS_SLOTS <= 64 * 64 && SECOND_SLOTS <= 64 * 64 && MINUTE_SLOTS <= 64 * 64);
-// Lanes are picked with a mask.
-const _: () = assert!(SECOND_LANES.is_power_of_two() && MINUTE_LANES.is_power_of_two());
-const _: () = assert!(SECOND_LANES <= LANES_MAX && MINUTE_LANES <= LANES_MAX);
-// List ids must stay clear of the head flag bit of `prev`.
-const _: () = assert!(OVERFLOW_ID < super::slab::HEAD);
 
 /// The tier a timer lives in, coarser from top to bottom.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,82 +97,96 @@ pub(crate) fn ring_distance(from: usize, to: usize, slots: usize) -> u64 {
     ((to + slots - from) % slots) as u64
 }
 
-/// The id of a ring's list (`slot * lanes + lane`), as stored in the `prev` link of its head.
-pub(crate) fn list_id(tier: Tier, list: usize) -> u32 {
-    match tier {
-        Tier::Ms => list as u32,
-        Tier::Second => SECOND_BASE + list as u32,
-        Tier::Minute => MINUTE_BASE + list as u32,
-        Tier::Overflow => OVERFLOW_ID,
-    }
-}
-
-/// The inverse of [`list_id`]; the list of [`Tier::Overflow`] is meaningless (0).
-pub(crate) fn decode_list_id(id: u32) -> (Tier, usize) {
-    assert!(id <= OVERFLOW_ID, "list id {id} out of range");
-    if id < SECOND_BASE {
-        (Tier::Ms, id as usize)
-    } else if id < MINUTE_BASE {
-        (Tier::Second, (id - SECOND_BASE) as usize)
-    } else if id < OVERFLOW_ID {
-        (Tier::Minute, (id - MINUTE_BASE) as usize)
-    } else {
-        (Tier::Overflow, 0)
-    }
-}
-
-/// One ring: list heads (`lanes` per slot) plus a two-level occupancy bitmap of its slots.
+/// One ring: its slots plus a two-level occupancy bitmap.
 pub(crate) struct Level {
-    heads: Box<[u32]>,
-    lanes: usize,
+    slots: Box<[Slot]>,
+    /// Whether new blocks start small and grow (see [`SMALL_BLOCK_ITEMS`]).
+    small_blocks: bool,
     words: Box<[u64]>,
     /// Bit `w` is set when `words[w] != 0`.
     summary: u64,
 }
 
 impl Level {
-    /// An empty ring of `slots` slots of `lanes` lists each.
-    pub(crate) fn new(slots: usize, lanes: usize) -> Self {
-        assert!(slots > 0 && slots <= 64 * 64 && lanes.is_power_of_two());
+    /// An empty ring of `slots` slots, whose new blocks start small if `small_blocks`.
+    pub(crate) fn new(slots: usize, small_blocks: bool) -> Self {
+        assert!(slots > 0 && slots <= 64 * 64);
         Self {
-            heads: vec![NIL; slots * lanes].into_boxed_slice(),
-            lanes,
+            slots: (0..slots).map(|_| Slot::default()).collect(),
+            small_blocks,
             words: vec![0; slots.div_ceil(64)].into_boxed_slice(),
             summary: 0,
         }
     }
 
-    /// Lists per slot.
     #[inline]
-    pub(crate) fn lanes(&self) -> usize {
-        self.lanes
+    fn mark(&mut self, slot: usize) {
+        self.words[slot / 64] |= 1u64 << (slot % 64);
+        self.summary |= 1u64 << (slot / 64);
     }
 
-    /// The head entry of list `list` (`slot * lanes + lane`), or [`NIL`].
     #[inline]
-    pub(crate) fn head(&self, list: usize) -> u32 {
-        self.heads[list]
+    fn unmark(&mut self, slot: usize) {
+        let w = slot / 64;
+        self.words[w] &= !(1u64 << (slot % 64));
+        if self.words[w] == 0 {
+            self.summary &= !(1u64 << w);
+        }
     }
 
-    /// Sets the head of list `list`, keeping the bitmap in step (the slot is empty once all
-    /// its lanes are).
+    /// Appends an item to `slot`.
     #[inline]
-    pub(crate) fn set_head(&mut self, list: usize, head: u32) {
-        self.heads[list] = head;
-        let slot = list / self.lanes;
-        let (w, bit) = (slot / 64, 1u64 << (slot % 64));
-        if head == NIL {
-            let lanes = &self.heads[slot * self.lanes..(slot + 1) * self.lanes];
-            if lanes.iter().any(|&h| h != NIL) {
-                return;
-            }
-            self.words[w] &= !bit;
-            if self.words[w] == 0 {
-                self.summary &= !(1u64 << w);
-            }
+    pub(crate) fn push(&mut self, slot: usize, item: Item, pool: &mut Pool) {
+        if self.slots[slot].is_empty() {
+            self.mark(slot);
+        }
+        self.slots[slot].push(item, pool, self.small_blocks);
+    }
+
+    /// Takes the last item out of `slot`, keeping the bitmap in step.
+    #[inline]
+    pub(crate) fn pop(&mut self, slot: usize, pool: &mut Pool) -> Option<Item> {
+        let item = self.slots[slot].pop(pool);
+        if self.slots[slot].is_empty() {
+            self.unmark(slot);
+        }
+        item
+    }
+
+    /// Takes the whole contents of `slot` out.
+    #[inline]
+    pub(crate) fn take(&mut self, slot: usize) -> Slot {
+        self.unmark(slot);
+        std::mem::take(&mut self.slots[slot])
+    }
+
+    /// Puts contents into the empty `slot`.
+    pub(crate) fn put(&mut self, slot: usize, contents: Slot) {
+        assert!(self.slots[slot].is_empty(), "put onto occupied slot {slot}");
+        if !contents.is_empty() {
+            self.mark(slot);
+        }
+        self.slots[slot] = contents;
+    }
+
+    /// The contents of `slot`, to read or to sweep; [`settle`](Self::settle) after a sweep
+    /// may have emptied it.
+    #[inline]
+    pub(crate) fn slot(&self, slot: usize) -> &Slot {
+        &self.slots[slot]
+    }
+
+    #[inline]
+    pub(crate) fn slot_mut(&mut self, slot: usize) -> &mut Slot {
+        &mut self.slots[slot]
+    }
+
+    /// Brings the bitmap in step after [`slot_mut`](Self::slot_mut) changed `slot`.
+    pub(crate) fn settle(&mut self, slot: usize) {
+        if self.slots[slot].is_empty() {
+            self.unmark(slot);
         } else {
-            self.words[w] |= bit;
-            self.summary |= 1u64 << w;
+            self.mark(slot);
         }
     }
 
@@ -271,70 +267,75 @@ mod tests {
         assert_eq!(ring_distance(7, 5, 10), 8);
     }
 
-    #[test]
-    fn list_ids_round_trip() {
-        for (tier, lists) in [
-            (Tier::Ms, MS_SLOTS),
-            (Tier::Second, SECOND_SLOTS * SECOND_LANES),
-            (Tier::Minute, MINUTE_SLOTS * MINUTE_LANES),
-        ] {
-            for list in [0, 1, lists - 1] {
-                assert_eq!(decode_list_id(list_id(tier, list)), (tier, list));
-            }
+    fn item() -> Item {
+        Item {
+            due_ms: 0,
+            index: 0,
+            stamp: 0,
         }
-        assert_eq!(decode_list_id(OVERFLOW_ID).0, Tier::Overflow);
     }
 
     #[test]
     fn first_from_finds_the_next_occupied_slot_around_the_ring() {
-        let mut level = Level::new(MS_SLOTS, 1);
+        let (mut level, mut pool) = (Level::new(MS_SLOTS, true), Pool::default());
         assert_eq!(level.first_from(0), None);
-        level.set_head(1_999, 7);
-        level.set_head(64, 8);
-        level.set_head(3, 9);
+        level.push(1_999, item(), &mut pool);
+        level.push(64, item(), &mut pool);
+        level.push(3, item(), &mut pool);
         assert_eq!(level.first_from(0), Some(3));
         assert_eq!(level.first_from(3), Some(3));
         assert_eq!(level.first_from(4), Some(64));
         assert_eq!(level.first_from(65), Some(1_999));
         assert_eq!(level.first_from(1_999), Some(1_999));
-        level.set_head(1_999, NIL);
+        assert_eq!(level.pop(1_999, &mut pool), Some(item()));
         assert_eq!(level.first_from(65), Some(3), "wraps to the start");
-        level.set_head(3, NIL);
+        level.take(3).clear(&mut pool);
         assert_eq!(
             level.first_from(65),
             Some(64),
             "wraps to the low bits of the same word"
         );
-        level.set_head(64, NIL);
+        assert_eq!(level.pop(64, &mut pool), Some(item()));
+        assert_eq!(level.pop(64, &mut pool), None);
         assert_eq!(level.summary, 0);
         assert_eq!(level.first_from(65), None);
     }
 
     #[test]
-    fn a_slot_stays_occupied_while_any_lane_is() {
-        let mut level = Level::new(SECOND_SLOTS, 4);
-        level.set_head(5 * 4 + 1, 10);
-        level.set_head(5 * 4 + 3, 11);
+    fn a_slot_stays_occupied_while_it_holds_a_block() {
+        let (mut level, mut pool) = (Level::new(SECOND_SLOTS, false), Pool::default());
+        level.push(5, item(), &mut pool);
+        level.push(5, item(), &mut pool);
         assert!(!level.is_empty_slot(5));
-        level.set_head(5 * 4 + 1, NIL);
+        level.pop(5, &mut pool);
         assert!(!level.is_empty_slot(5));
         assert_eq!(level.first_from(0), Some(5));
-        level.set_head(5 * 4 + 3, NIL);
+        level.slot_mut(5).blocks[0].clear();
+        level.settle(5);
+        assert!(
+            !level.is_empty_slot(5),
+            "an empty block still counts until it is dropped"
+        );
+        level.slot_mut(5).clear(&mut pool);
+        level.settle(5);
         assert!(level.is_empty_slot(5));
         assert_eq!(level.first_from(0), None);
     }
 
     #[test]
     fn first_from_matches_a_linear_scan() {
-        let mut level = Level::new(SECOND_SLOTS, 1);
+        let (mut level, mut pool) = (Level::new(SECOND_SLOTS, false), Pool::default());
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..2_000 {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
             let slot = (seed % SECOND_SLOTS as u64) as usize;
-            let head = if level.is_empty_slot(slot) { 1 } else { NIL };
-            level.set_head(slot, head);
+            if level.is_empty_slot(slot) {
+                level.push(slot, item(), &mut pool);
+            } else {
+                level.take(slot).clear(&mut pool);
+            }
             let from = ((seed >> 32) % SECOND_SLOTS as u64) as usize;
             let scan = (0..SECOND_SLOTS)
                 .map(|d| (from + d) % SECOND_SLOTS)

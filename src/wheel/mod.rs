@@ -29,8 +29,16 @@
 //! Three calendar-aligned rings (see `level.rs`): millisecond slots of the current and the next
 //! second, second slots of the current and the next minute, and minute slots grouped in 64 hour
 //! buckets (an hour bucket is `due_ms / 3_600_000`, see [`hour_bucket`]). Timers beyond the
-//! horizon wait in an overflow map keyed by minute, whose lists are spliced whole into the minute
-//! ring as the horizon moves. Entries live in a slab (`slab.rs`).
+//! horizon wait in an overflow map keyed by minute, whose slots move whole into the minute ring
+//! as the horizon reaches them.
+//!
+//! A key names an entry of a slab (`slab.rs`: generation, stamp, value; 16 bytes with a `u64`).
+//! A slot holds *items* (`block.rs`: due time, entry, stamp; 16 bytes) in blocks of 256, so a
+//! cascade is a sequential copy and a fire a pop. A cancel writes only the entry (its stamp
+//! moves on), which turns the item into a *tombstone*: fires skip it, and a sweep that runs
+//! in small steps reclaims tombstones far ahead once they outnumber the live timers (see
+//! [`TimingWheel::tombstones`]). A fire reads the entries of the next 32 items to fire in one
+//! tight loop, so that their cache misses overlap.
 //!
 //! # Time
 //!
@@ -49,20 +57,23 @@
 //! every few milliseconds while timers are pending (as a timer thread does when timers are due
 //! every millisecond) therefore never meets a cascade at a boundary; one that slept through
 //! a whole minute pays, in the poll that crosses into it, for the timers of that minute that the
-//! look-ahead could not move (see [`WorkStats`]).
+//! look-ahead could not move (see [`WorkStats`]). The one other long call is a poll that meets
+//! many tombstones in the millisecond ring (timers cancelled within the second before they were
+//! due): it drops them all, a few nanoseconds each, paid for by their cancels.
 
+mod block;
 mod level;
 mod slab;
 
 use std::collections::BTreeMap;
 use std::fmt;
 
+use block::{BLOCK_ITEMS, Item, Pool, Slot};
 use level::{
-    LANES_MAX, Level, MINUTE_LANES, MINUTE_SLOTS, MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND,
-    MS_SLOTS, SECOND_LANES, SECOND_SLOTS, Tier, decode_list_id, level_for, list_id, ring_distance,
-    slot_for,
+    Level, MINUTE_SLOTS, MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND, MS_SLOTS, SECOND_SLOTS, Tier,
+    level_for, ring_distance, slot_for,
 };
-use slab::{HEAD, NIL, Slab};
+use slab::Slab;
 
 pub use level::HORIZON_HOURS;
 
@@ -71,10 +82,27 @@ pub use level::HORIZON_HOURS;
 /// At 10M timers spread over an hour, a minute holds about 170 000 timers and a second about
 /// 2 800, so one poll per millisecond moves the next minute within 0.2 s and the next second
 /// within 3 ms. A burst of 1M timers due in one millisecond is moved during the second before
-/// it. Each poll spends at most about 10 µs on it.
+/// it. Each poll spends at most a few µs on it.
 pub const CASCADE_PER_POLL_MAX: usize = 1024;
 
-const _: () = assert!(CASCADE_PER_POLL_MAX > 0);
+/// Tombstones (cancelled or moved timers still in a slot) the wheel lets pile up before a sweep
+/// reclaims them; a sweep also waits until they are at least as many as the live timers.
+const SWEEP_TOMBSTONES_MIN: u64 = 1 << 16;
+/// Items a sweep reads in one step: one step per idle `poll`, and one per
+/// [`SWEEP_PLACEMENTS_PER_STEP`] inserts and reschedules while a sweep is running.
+const SWEEP_ITEMS_PER_STEP: usize = 1024;
+/// Placements between two sweep steps: a sweep reads four items per placement, so it always
+/// outruns the items placed while it runs.
+const SWEEP_PLACEMENTS_PER_STEP: u32 = 256;
+/// Items `next_due` reads in the millisecond ring to step over tombstones.
+const PEEK_ITEMS_MAX: usize = 64;
+/// Items whose slab entries a fire reads ahead, side by side, so that their cache misses
+/// overlap (see `touch_ahead`), and the most ms slots it looks into for them.
+const TOUCH_ITEMS: u32 = 32;
+const TOUCH_SLOTS_MAX: usize = 16;
+
+const _: () = assert!(CASCADE_PER_POLL_MAX > 0 && SWEEP_ITEMS_PER_STEP >= BLOCK_ITEMS);
+const _: () = assert!(TOUCH_ITEMS > 0);
 
 /// The start of the second after the one holding `ms`, or `u64::MAX` in the last second.
 fn next_second_ms(ms: u64) -> u64 {
@@ -113,14 +141,43 @@ impl TimerKey {
     }
 }
 
-/// Counters of cascading work, to check the pause bound without a clock.
+/// Counters of cascading and sweeping work, to check the pause bound without a clock.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct WorkStats {
-    /// Timers moved from a coarser ring to a finer one, in total.
+    /// Items moved from a coarser ring to a finer one (or dropped there as tombstones), in total.
     pub cascaded_total: u64,
-    /// The most timers moved by a single `poll` call.
+    /// The most items moved by a single `poll` call.
     pub cascaded_per_poll_max: u64,
+    /// Items read by sweeps, in total.
+    pub swept_total: u64,
+    /// Tombstones dropped, by cascades, fires and sweeps, in total.
+    pub tombstones_dropped: u64,
+}
+
+/// Where the sweep stands: a pass over the minute ring and the overflow, slot by slot in due
+/// order, dropping tombstones and merging the blocks they thinned.
+#[derive(Debug)]
+struct Sweep {
+    active: bool,
+    /// The absolute minute of the slot being swept.
+    minute: u64,
+    /// The next block of that slot to read.
+    block: usize,
+    /// The last non-empty block before it, which later blocks merge into while they fit.
+    prev: Option<usize>,
+    /// The tombstone count at which the next pass may start.
+    trigger: u64,
+    /// Placements since the last step.
+    placements: u32,
+}
+
+impl Sweep {
+    fn seek(&mut self, minute: u64) {
+        self.minute = minute;
+        self.block = 0;
+        self.prev = None;
+    }
 }
 
 /// A hierarchical timing wheel holding values of type `T`, each due at a millisecond.
@@ -128,42 +185,62 @@ pub struct WorkStats {
 /// See the [module documentation](self) for an example and the guarantees.
 pub struct TimingWheel<T> {
     slab: Slab<T>,
+    pool: Pool,
     ms: Level,
     seconds: Level,
     minutes: Level,
-    /// Lists of timers beyond the resident horizon, keyed by due minute.
-    overflow: BTreeMap<u64, u32>,
+    /// Items beyond the resident horizon, keyed by due minute.
+    overflow: BTreeMap<u64, Slot>,
     /// The wheel's time: every pending timer is effectively due at or after it.
     now_ms: u64,
-    /// No pending timer is effectively due before this; lets an idle `poll` return at once.
+    /// No item is effectively due before this; lets an idle `poll` return at once.
     bound_ms: u64,
     /// The start of the second after the wheel's time: an idle poll before it only stores
     /// the time.
     next_second_ms: u64,
-    /// Whether the next second or minute may still hold timers to cascade ahead of time.
+    /// Whether the next second or minute may still hold items to cascade ahead of time.
     look_ahead_pending: bool,
+    /// Items in slots whose timer was cancelled or moved since.
+    tombstones: u64,
+    sweep: Sweep,
+    /// Items ahead of the next fire whose slab entries were read ahead.
+    touched: u32,
+    /// Where the reads ahead go, so that they happen.
+    touch_sink: u32,
     stats: WorkStats,
 }
 
-impl<T> TimingWheel<T> {
+impl<T: Copy> TimingWheel<T> {
     /// An empty wheel whose time is `now_ms`.
     pub fn new(now_ms: u64) -> Self {
         Self::with_capacity(now_ms, 0)
     }
 
-    /// An empty wheel whose time is `now_ms`, with room for `capacity` timers before it
+    /// An empty wheel whose time is `now_ms`, with room for `capacity` timers' keys before it
     /// allocates.
     pub fn with_capacity(now_ms: u64, capacity: usize) -> Self {
         Self {
             slab: Slab::with_capacity(capacity),
-            ms: Level::new(MS_SLOTS, 1),
-            seconds: Level::new(SECOND_SLOTS, SECOND_LANES),
-            minutes: Level::new(MINUTE_SLOTS, MINUTE_LANES),
+            pool: Pool::default(),
+            ms: Level::new(MS_SLOTS, true),
+            seconds: Level::new(SECOND_SLOTS, false),
+            minutes: Level::new(MINUTE_SLOTS, false),
             overflow: BTreeMap::new(),
             now_ms,
             bound_ms: u64::MAX,
             next_second_ms: next_second_ms(now_ms),
             look_ahead_pending: false,
+            tombstones: 0,
+            sweep: Sweep {
+                active: false,
+                minute: 0,
+                block: 0,
+                prev: None,
+                trigger: SWEEP_TOMBSTONES_MIN,
+                placements: 0,
+            },
+            touched: 0,
+            touch_sink: 0,
             stats: WorkStats::default(),
         }
     }
@@ -178,7 +255,7 @@ impl<T> TimingWheel<T> {
         self.slab.len() == 0
     }
 
-    /// Timers the wheel holds without allocating again.
+    /// Timers whose keys the wheel holds without allocating again.
     pub fn capacity(&self) -> usize {
         self.slab.capacity()
     }
@@ -189,9 +266,17 @@ impl<T> TimingWheel<T> {
         self.now_ms
     }
 
-    /// Cascading work done so far.
+    /// Cascading and sweeping work done so far.
     pub fn work_stats(&self) -> WorkStats {
         self.stats
+    }
+
+    /// Cancelled or rescheduled timers whose old place in a slot is not reclaimed yet. A
+    /// cancel only marks its timer's entry; the item in the slot is dropped when a cascade, a
+    /// fire or a sweep next reads it. Sweeps keep this at most about the number of live timers
+    /// (or 65 536).
+    pub fn tombstones(&self) -> u64 {
+        self.tombstones
     }
 
     /// Adds a timer due at `due_ms` and returns its key. A due time at or before the wheel's
@@ -201,55 +286,114 @@ impl<T> TimingWheel<T> {
     ///
     /// When 2^31 timers are already pending.
     pub fn insert(&mut self, due_ms: u64, value: T) -> TimerKey {
-        let (index, generation) = self.slab.insert(due_ms, value);
-        self.link(index, due_ms);
-        TimerKey { index, generation }
+        let taken = self.slab.insert(value);
+        self.place(Item {
+            due_ms,
+            index: taken.index,
+            stamp: taken.stamp,
+        });
+        TimerKey {
+            index: taken.index,
+            generation: taken.generation,
+        }
     }
 
     /// Removes a pending timer and returns its value; `None` if the key is stale.
     pub fn cancel(&mut self, key: TimerKey) -> Option<T> {
-        if !self.slab.contains(key.index, key.generation) {
+        if !self.slab.is_live(key.index, key.generation) {
             return None;
         }
-        self.unlink(key.index);
-        Some(self.slab.remove(key.index).1)
+        let (value, _) = self.slab.remove(key.index);
+        self.tombstones += 1;
+        self.maybe_start_sweep();
+        Some(value)
     }
 
     /// Moves a pending timer to `due_ms`, keeping its key; `false` if the key is stale.
     pub fn reschedule(&mut self, key: TimerKey, due_ms: u64) -> bool {
-        if !self.slab.contains(key.index, key.generation) {
+        if !self.slab.is_live(key.index, key.generation) {
             return false;
         }
-        self.unlink(key.index);
-        self.slab.set_due_ms(key.index, due_ms);
-        self.link(key.index, due_ms);
+        let stamp = self.slab.replace(key.index);
+        self.tombstones += 1;
+        self.place(Item {
+            due_ms,
+            index: key.index,
+            stamp,
+        });
+        self.maybe_start_sweep();
         true
     }
 
     /// Whether the key names a pending timer.
     pub fn contains(&self, key: TimerKey) -> bool {
-        self.slab.contains(key.index, key.generation)
+        self.slab.is_live(key.index, key.generation)
     }
 
-    /// The due time and value of a pending timer; `None` if the key is stale.
-    pub fn get(&self, key: TimerKey) -> Option<(u64, &T)> {
-        self.contains(key).then(|| {
-            let o = self.slab.get(key.index);
-            (o.due_ms, &o.value)
-        })
+    /// The value of a pending timer; `None` if the key is stale.
+    pub fn get(&self, key: TimerKey) -> Option<T> {
+        self.contains(key).then(|| self.slab.value(key.index))
     }
 
     /// When the timer thread should wake up and poll: never later than the effective due time
     /// of the earliest pending timer, and exactly that time when the timer is due within the
-    /// wheel's current second. Otherwise it is the start of the second, minute or (beyond the
-    /// horizon) minute of the earliest occupied coarser slot: polling there costs one extra
-    /// wake-up per ring and moves `next_due` strictly forward. `None` when the wheel is empty.
+    /// wheel's current second (unless more than a few dozen cancelled timers lie before it,
+    /// which makes it earlier: polling there drops them). Otherwise it is the start of the
+    /// second, minute or (beyond the horizon) minute of the earliest occupied coarser slot:
+    /// polling there costs one extra wake-up per ring and moves `next_due` strictly forward.
+    /// `None` when the wheel is empty.
     pub fn next_due(&self) -> Option<u64> {
-        let exact = self.first_ms();
-        match (exact, self.coarse_bound_ms()) {
+        if self.is_empty() {
+            return None;
+        }
+        match (self.first_live_ms(), self.coarse_bound_ms()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// When a poll would find cascading to do ahead of time: the next millisecond while the
+    /// next second or minute still holds items to move, else the start of the second (or
+    /// minute) before the earliest occupied second (or minute) slot, where that slot becomes
+    /// the next one. `None` when there is nothing to cascade ahead.
+    ///
+    /// A caller that sleeps until [`next_due`](Self::next_due) polls at a slot's start and
+    /// pays there for moving the whole slot, in one call; one that also wakes at this time
+    /// moves it [`CASCADE_PER_POLL_MAX`] items per poll, ahead of time. A timer thread sleeps
+    /// until the earlier of the two.
+    pub fn look_ahead_due(&self) -> Option<u64> {
+        if self.is_empty() {
+            return None;
+        }
+        let next_second = slot_for(Tier::Second, self.now_ms.saturating_add(MS_PER_SECOND));
+        let next_minute = slot_for(Tier::Minute, self.now_ms.saturating_add(MS_PER_MINUTE));
+        if self.look_ahead_pending
+            && !(self.seconds.is_empty_slot(next_second as usize)
+                && self.minutes.is_empty_slot(next_minute as usize))
+        {
+            return Some(self.now_ms.saturating_add(1));
+        }
+        // Inserts never go to the next second's or minute's slot (they go to the finer ring),
+        // so the occupied slots found here are at least two periods ahead.
+        let mut due: Option<u64> = None;
+        let second = self.now_ms / MS_PER_SECOND;
+        let from = slot_for(Tier::Second, self.now_ms) as usize;
+        if let Some(slot) = self.seconds.first_from(from) {
+            let ahead = ring_distance(from, slot, SECOND_SLOTS);
+            if ahead >= 2 {
+                due = Some((second + ahead - 1) * MS_PER_SECOND);
+            }
+        }
+        let minute = self.now_ms / MS_PER_MINUTE;
+        let from = slot_for(Tier::Minute, self.now_ms) as usize;
+        if let Some(slot) = self.minutes.first_from(from) {
+            let ahead = ring_distance(from, slot, MINUTE_SLOTS);
+            if ahead >= 2 {
+                let at = (minute + ahead - 1) * MS_PER_MINUTE;
+                due = Some(due.map_or(at, |d| d.min(at)));
+            }
+        }
+        due
     }
 
     /// Fires the earliest timer due at or before `now_ms`: returns its key, its due time as
@@ -275,7 +419,7 @@ impl<T> TimingWheel<T> {
             } else if now_ms > self.now_ms {
                 self.now_ms = now_ms;
             }
-            self.look_ahead();
+            self.idle_work();
             return None;
         }
         loop {
@@ -287,11 +431,15 @@ impl<T> TimingWheel<T> {
                 if due_ms > now_ms {
                     self.now_ms = self.now_ms.max(now_ms);
                     self.bound_ms = due_ms;
-                    self.look_ahead();
+                    self.idle_work();
                     return None;
                 }
                 self.now_ms = due_ms;
-                return Some(self.fire(slot_for(Tier::Ms, due_ms) as usize));
+                match self.fire(slot_for(Tier::Ms, due_ms) as usize) {
+                    Some(fired) => return Some(fired),
+                    // The slot held only tombstones.
+                    None => continue,
+                }
             }
             // Nothing left in this second: everything pending is at or after `bound`, which is
             // in a later second.
@@ -306,14 +454,24 @@ impl<T> TimingWheel<T> {
                         self.advance(now_ms);
                     }
                     self.bound_ms = bound.unwrap_or(u64::MAX);
-                    self.look_ahead();
+                    self.idle_work();
                     return None;
                 }
             }
         }
     }
 
-    /// The effective due time of the earliest timer in the ms ring (exact).
+    /// What a poll that fires nothing does with its time: cascade ahead, then sweep.
+    #[inline]
+    fn idle_work(&mut self) {
+        self.look_ahead();
+        if self.sweep.active {
+            self.sweep_step(SWEEP_ITEMS_PER_STEP);
+        }
+    }
+
+    /// The effective due time of the earliest occupied slot of the ms ring (exact, but the
+    /// slot may hold only tombstones).
     #[inline]
     fn first_ms(&self) -> Option<u64> {
         let from = slot_for(Tier::Ms, self.now_ms) as usize;
@@ -321,7 +479,41 @@ impl<T> TimingWheel<T> {
         Some(self.now_ms + ring_distance(from, slot, MS_SLOTS))
     }
 
-    /// A lower bound of the timers in the second and minute rings and the overflow: the start
+    /// Like [`first_ms`](Self::first_ms), stepping over slots that hold only tombstones while
+    /// it has read fewer than [`PEEK_ITEMS_MAX`] items; `None` if the ring holds no live item.
+    fn first_live_ms(&self) -> Option<u64> {
+        let from = slot_for(Tier::Ms, self.now_ms) as usize;
+        let mut budget = PEEK_ITEMS_MAX;
+        let mut distance = 0;
+        loop {
+            let at = (from + distance as usize) % MS_SLOTS;
+            let slot = self.ms.first_from(at)?;
+            let found = ring_distance(from, slot, MS_SLOTS);
+            if found < distance {
+                return None; // came around the ring: no live item in it
+            }
+            let mut live = false;
+            for item in self.ms.slot(slot).blocks.iter().flatten() {
+                if budget == 0 {
+                    break;
+                }
+                budget -= 1;
+                if self.slab.is_current(item.index, item.stamp) {
+                    live = true;
+                    break;
+                }
+            }
+            if live || budget == 0 {
+                return Some(self.now_ms + found);
+            }
+            distance = found + 1;
+            if distance >= MS_SLOTS as u64 {
+                return None;
+            }
+        }
+    }
+
+    /// A lower bound of the items in the second and minute rings and the overflow: the start
     /// of the earliest occupied slot of each.
     fn coarse_bound_ms(&self) -> Option<u64> {
         let mut bound: Option<u64> = None;
@@ -342,7 +534,7 @@ impl<T> TimingWheel<T> {
         bound
     }
 
-    /// Moves the wheel's time forward to `to_ms`, when no timer is effectively due before it,
+    /// Moves the wheel's time forward to `to_ms`, when no item is effectively due before it,
     /// and completes the new second and minute in the finer rings.
     fn advance(&mut self, to_ms: u64) {
         assert!(to_ms > self.now_ms, "the wheel's time only moves forward");
@@ -356,7 +548,7 @@ impl<T> TimingWheel<T> {
         }
         if new_second != second {
             self.next_second_ms = next_second_ms(to_ms);
-            // Only a new second (or minute) brings new timers to cascade ahead of time: inserts
+            // Only a new second (or minute) brings new items to cascade ahead of time: inserts
             // never go to the look-ahead slots, which are cascaded into finer rings.
             self.look_ahead_pending = true;
             let slot = slot_for(Tier::Second, to_ms) as usize;
@@ -388,159 +580,308 @@ impl<T> TimingWheel<T> {
         );
     }
 
-    /// Moves up to `budget` timers out of ring slot `slot` of `tier` into the ring their due
-    /// time now belongs to (always a finer one); returns how many moved.
+    /// Moves up to `budget` items out of ring slot `slot` of `tier` into the ring their due
+    /// time now belongs to (always a finer one); returns how many it moved.
     ///
-    /// A slot cascaded ahead of time was filled long ago and its entries are scattered over
-    /// the slab, so each costs a cache miss. Two things keep those misses from queueing up:
-    /// the lanes are walked side by side, one timer per lane per round, with the entries of a
-    /// round read before any is moved (their misses overlap); and the lists are detached
-    /// first, so moving a timer never writes to the next one (which would be one more miss,
-    /// in the middle of a round). What the budget leaves is attached again at the end.
+    /// A sequential copy: tombstones move along unread (reading their slab entries here would
+    /// cost a cache miss each, long before the fire that must read them anyway).
     fn cascade(&mut self, tier: Tier, slot: usize, budget: usize) -> usize {
-        if budget == 0 || self.ring(tier).is_empty_slot(slot) {
+        let ring = match tier {
+            Tier::Second => &mut self.seconds,
+            Tier::Minute => &mut self.minutes,
+            Tier::Ms | Tier::Overflow => unreachable!("only the second and minute rings cascade"),
+        };
+        if budget == 0 || ring.is_empty_slot(slot) {
             return 0;
         }
-        let lanes = self.ring(tier).lanes();
-        let mut rest = [NIL; LANES_MAX];
-        for (lane, rest) in rest.iter_mut().enumerate().take(lanes) {
-            *rest = self.ring(tier).head(slot * lanes + lane);
-            self.ring(tier).set_head(slot * lanes + lane, NIL);
-        }
+        let mut contents = ring.take(slot);
         let mut moved = 0;
-        let mut round = [(NIL, 0u64); LANES_MAX];
         while moved < budget {
-            let mut taken = 0;
-            for rest in rest.iter_mut().take(lanes) {
-                if *rest != NIL && moved + taken < budget {
-                    let (_, next) = self.slab.links(*rest);
-                    round[taken] = (*rest, self.slab.due_ms(*rest));
-                    *rest = next;
-                    taken += 1;
-                }
-            }
-            if taken == 0 {
+            let Some(mut block) = contents.blocks.pop() else {
                 break;
-            }
-            for &(index, due_ms) in &round[..taken] {
+            };
+            let start = block.len() - (budget - moved).min(block.len());
+            for &item in &block[start..] {
                 assert!(
-                    due_ms >= self.now_ms,
+                    item.due_ms >= self.now_ms,
                     "cascading a timer due before the wheel's time"
                 );
-                self.link(index, due_ms);
+                self.push(item.due_ms, item);
             }
-            moved += taken;
+            moved += block.len() - start;
+            block.truncate(start);
+            if block.is_empty() {
+                self.pool.put(block);
+            } else {
+                contents.blocks.push(block);
+            }
         }
-        for (lane, &rest) in rest.iter().enumerate().take(lanes) {
-            if rest != NIL {
-                let list = slot * lanes + lane;
-                self.ring(tier).set_head(list, rest);
-                self.slab.set_prev(rest, HEAD | list_id(tier, list));
+        if !contents.is_empty() {
+            match tier {
+                Tier::Second => self.seconds.put(slot, contents),
+                _ => self.minutes.put(slot, contents),
             }
         }
         self.stats.cascaded_total += moved as u64;
         moved
     }
 
-    /// Splices the overflow lists that the horizon now reaches into the minute ring, whole.
+    /// Moves the overflow slots that the horizon now reaches into the minute ring, whole.
     fn pull_overflow(&mut self, minute: u64) {
         let horizon = minute + MINUTE_SLOTS as u64;
         while let Some(entry) = self.overflow.first_entry() {
             if *entry.key() >= horizon {
                 break;
             }
-            let (due_minute, head) = entry.remove_entry();
-            let slot = (due_minute % MINUTE_SLOTS as u64) as usize;
-            // Its slot last held a minute before the wheel's time, so it is empty.
-            assert!(
-                self.minutes.is_empty_slot(slot),
-                "overflow splice onto an occupied slot"
-            );
-            let list = slot * MINUTE_LANES;
-            self.minutes.set_head(list, head);
-            self.slab.set_prev(head, HEAD | list_id(Tier::Minute, list));
+            let (due_minute, contents) = entry.remove_entry();
+            // Its ring slot last held a minute before the wheel's time, so it is empty.
+            self.minutes
+                .put((due_minute % MINUTE_SLOTS as u64) as usize, contents);
         }
     }
 
-    fn ring(&mut self, tier: Tier) -> &mut Level {
-        match tier {
-            Tier::Ms => &mut self.ms,
-            Tier::Second => &mut self.seconds,
-            Tier::Minute => &mut self.minutes,
-            Tier::Overflow => unreachable!("the overflow is not a ring"),
-        }
-    }
-
-    /// Links the unlinked entry `index` at the head of the slot of its effective due time.
+    /// Places a new item at its effective due time.
     #[inline]
-    fn link(&mut self, index: u32, due_ms: u64) {
-        let effective_ms = due_ms.max(self.now_ms);
+    fn place(&mut self, item: Item) {
+        let effective_ms = item.due_ms.max(self.now_ms);
         self.bound_ms = self.bound_ms.min(effective_ms);
+        self.push(effective_ms, item);
+        if self.sweep.active {
+            self.sweep.placements += 1;
+            if self.sweep.placements >= SWEEP_PLACEMENTS_PER_STEP {
+                self.sweep.placements = 0;
+                self.sweep_step(SWEEP_ITEMS_PER_STEP);
+            }
+        }
+    }
+
+    /// Appends an item to the slot of `effective_ms` (at or after the wheel's time).
+    #[inline]
+    fn push(&mut self, effective_ms: u64, item: Item) {
         let tier = level_for(self.now_ms, effective_ms);
         let slot = slot_for(tier, effective_ms);
-        let (list, head) = match tier {
+        match tier {
+            Tier::Ms => self.ms.push(slot as usize, item, &mut self.pool),
+            Tier::Second => self.seconds.push(slot as usize, item, &mut self.pool),
+            Tier::Minute => self.minutes.push(slot as usize, item, &mut self.pool),
             Tier::Overflow => {
-                let head = self.overflow.entry(slot).or_insert(NIL);
-                (0, std::mem::replace(head, index))
+                self.overflow
+                    .entry(slot)
+                    .or_default()
+                    .push(item, &mut self.pool, false)
             }
-            _ => {
-                let ring = self.ring(tier);
-                let lanes = ring.lanes();
-                let list = slot as usize * lanes + (index as usize & (lanes - 1));
-                let head = ring.head(list);
-                ring.set_head(list, index);
-                (list, head)
-            }
-        };
-        self.slab.set_links(index, HEAD | list_id(tier, list), head);
-        if head != NIL {
-            self.slab.set_prev(head, index);
         }
     }
 
-    /// Takes the linked entry `index` out of its list.
+    /// Takes the items of ms slot `slot` out one by one, dropping tombstones, and hands out
+    /// the first live one; `None` once the slot is empty.
     #[inline]
-    fn unlink(&mut self, index: u32) {
-        let (prev, next) = self.slab.links(index);
-        if prev & HEAD == 0 {
-            self.slab.set_next(prev, next);
-        } else {
-            match decode_list_id(prev & !HEAD) {
-                (Tier::Overflow, _) => {
-                    let minute = slot_for(Tier::Overflow, self.slab.due_ms(index));
-                    if next == NIL {
-                        self.overflow.remove(&minute);
-                    } else {
-                        *self
-                            .overflow
-                            .get_mut(&minute)
-                            .expect("overflow list of a head") = next;
+    fn fire(&mut self, slot: usize) -> Option<(TimerKey, u64, T)> {
+        loop {
+            if self.touched == 0 {
+                self.touch_ahead(slot);
+            }
+            let item = self.ms.pop(slot, &mut self.pool)?;
+            self.touched = self.touched.saturating_sub(1);
+            if self.slab.is_current(item.index, item.stamp) {
+                let (value, generation) = self.slab.remove(item.index);
+                let key = TimerKey {
+                    index: item.index,
+                    generation,
+                };
+                return Some((key, item.due_ms, value));
+            }
+            self.tombstones -= 1;
+            self.stats.tombstones_dropped += 1;
+        }
+    }
+
+    /// Reads the slab entries of the next [`TOUCH_ITEMS`] items to fire (in the order `fire`
+    /// takes them: this slot from its tail, then the next occupied slots of the ms ring) in
+    /// one tight loop. Their entries were last read long ago and are out of cache; read here
+    /// side by side, their misses overlap, and the fires that follow find them in cache.
+    fn touch_ahead(&mut self, slot: usize) {
+        // First the indices (the items are near in memory), then the entries in a loop short
+        // enough that all of its reads are in flight at once.
+        let mut indices = [0u32; TOUCH_ITEMS as usize];
+        let mut n = 0;
+        let mut at = slot;
+        'slots: for _ in 0..TOUCH_SLOTS_MAX {
+            for block in self.ms.slot(at).blocks.iter().rev() {
+                for item in block.iter().rev() {
+                    if n == indices.len() {
+                        break 'slots;
                     }
+                    indices[n] = item.index;
+                    n += 1;
                 }
-                (tier, list) => self.ring(tier).set_head(list, next),
+            }
+            match self.ms.first_from((at + 1) % MS_SLOTS) {
+                Some(next) if next != slot => at = next,
+                _ => break,
             }
         }
-        if next != NIL {
-            self.slab.set_prev(next, prev);
+        let mut sink = 0u32;
+        for &index in &indices[..n] {
+            sink ^= self.slab.stamp(index);
+        }
+        // Stored, so that the reads are not optimised away.
+        self.touch_sink ^= sink;
+        self.touched = (n as u32).max(1);
+    }
+
+    /// Starts a sweep once tombstones outnumber the live timers (and the floor), and enough
+    /// of them came since the last pass to pay for a new one.
+    #[inline]
+    fn maybe_start_sweep(&mut self) {
+        if !self.sweep.active
+            && self.tombstones >= self.sweep.trigger
+            && self.tombstones >= self.slab.len() as u64
+        {
+            self.sweep.active = true;
+            self.sweep.placements = 0;
+            self.sweep.seek(0);
         }
     }
 
-    /// Removes the head of ms slot `slot` and hands it out.
-    #[inline]
-    fn fire(&mut self, slot: usize) -> (TimerKey, u64, T) {
-        let index = self.ms.head(slot);
-        self.unlink(index);
-        let (due_ms, value, generation) = self.slab.remove(index);
-        (TimerKey { index, generation }, due_ms, value)
+    /// One step of the sweep: reads about `budget` items of the minute ring (beyond the next
+    /// minute, which cascades soon anyway) and of the overflow, in due order, keeping the live
+    /// ones. Slots nearer than that are left to their cascade.
+    fn sweep_step(&mut self, budget: usize) {
+        let mut read = 0;
+        while read < budget {
+            let minute_now = self.now_ms / MS_PER_MINUTE;
+            let near_end = minute_now + 2;
+            let ring_end = minute_now + MINUTE_SLOTS as u64;
+            if self.sweep.minute < near_end {
+                self.sweep.seek(near_end);
+            }
+            let (contents, ring_slot) = if self.sweep.minute < ring_end {
+                let from = (self.sweep.minute % MINUTE_SLOTS as u64) as usize;
+                let found = self
+                    .minutes
+                    .first_from(from)
+                    .map(|s| self.sweep.minute + ring_distance(from, s, MINUTE_SLOTS))
+                    .filter(|&m| m < ring_end);
+                let Some(minute) = found else {
+                    self.sweep.seek(ring_end);
+                    continue;
+                };
+                if minute != self.sweep.minute {
+                    self.sweep.seek(minute);
+                }
+                let slot = (minute % MINUTE_SLOTS as u64) as usize;
+                (self.minutes.slot_mut(slot), Some(slot))
+            } else {
+                let Some((&minute, contents)) = self.overflow.range_mut(self.sweep.minute..).next()
+                else {
+                    self.finish_sweep();
+                    return;
+                };
+                if minute != self.sweep.minute {
+                    self.sweep.seek(minute);
+                }
+                (contents, None)
+            };
+            let outcome = sweep_slot(
+                contents,
+                &self.slab,
+                &mut self.pool,
+                &mut self.sweep,
+                budget - read,
+            );
+            let emptied = contents.is_empty();
+            read += outcome.read;
+            self.tombstones -= outcome.dropped;
+            self.stats.tombstones_dropped += outcome.dropped;
+            self.stats.swept_total += outcome.read as u64;
+            if outcome.done {
+                match ring_slot {
+                    Some(slot) => self.minutes.settle(slot),
+                    None if emptied => {
+                        self.overflow.remove(&self.sweep.minute);
+                    }
+                    None => {}
+                }
+                let next = self.sweep.minute + 1;
+                self.sweep.seek(next);
+            }
+        }
+    }
+
+    fn finish_sweep(&mut self) {
+        self.sweep.active = false;
+        self.sweep.trigger =
+            self.tombstones + (self.slab.len() as u64).max(SWEEP_TOMBSTONES_MIN) / 2;
     }
 }
 
-impl<T> fmt::Debug for TimingWheel<T> {
+/// What one sweep step did in one slot.
+struct Swept {
+    read: usize,
+    dropped: u64,
+    /// Whether the slot is swept to its end (and its emptied blocks gone).
+    done: bool,
+}
+
+/// Sweeps `contents` from the sweep's block on, reading about `budget` items: drops tombstones
+/// block by block, and merges each thinned block into the previous non-empty one while both fit
+/// in one block, so that a swept slot's blocks are on average more than half full.
+fn sweep_slot<T: Copy>(
+    contents: &mut Slot,
+    slab: &Slab<T>,
+    pool: &mut Pool,
+    cursor: &mut Sweep,
+    budget: usize,
+) -> Swept {
+    let (mut read, mut dropped) = (0, 0);
+    while cursor.block < contents.blocks.len() {
+        if read >= budget {
+            return Swept {
+                read,
+                dropped,
+                done: false,
+            };
+        }
+        let i = cursor.block;
+        let before = contents.blocks[i].len();
+        contents.blocks[i].retain(|item| slab.is_current(item.index, item.stamp));
+        let after = contents.blocks[i].len();
+        read += before;
+        dropped += (before - after) as u64;
+        match cursor.prev {
+            Some(p) if contents.blocks[p].len() + after <= BLOCK_ITEMS => {
+                let (left, right) = contents.blocks.split_at_mut(i);
+                left[p].extend_from_slice(&right[0]);
+                right[0].clear();
+            }
+            _ if after > 0 => cursor.prev = Some(i),
+            _ => {}
+        }
+        cursor.block += 1;
+    }
+    contents.blocks.retain_mut(|block| {
+        if block.is_empty() {
+            pool.put(std::mem::take(block));
+            false
+        } else {
+            true
+        }
+    });
+    Swept {
+        read,
+        dropped,
+        done: true,
+    }
+}
+
+impl<T: Copy> fmt::Debug for TimingWheel<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TimingWheel")
             .field("len", &self.len())
             .field("now_ms", &self.now_ms)
             .field("next_due", &self.next_due())
+            .field("tombstones", &self.tombstones)
             .finish_non_exhaustive()
     }
 }

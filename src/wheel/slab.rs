@@ -1,106 +1,124 @@
-//! The slab: every pending timer is one 32-byte entry (with a `u64` value), addressed by a `u32`
-//! index, reused through a free list, and guarded by a generation so that a stale key never
-//! reaches the entry's next occupant.
+//! The slab: one 16-byte entry per timer key (with a `u64` value), addressed by a `u32` index,
+//! reused through a free list, and guarded by a generation so that a stale key never reaches the
+//! entry's next occupant.
 //!
-//! Entries live in chunks of 65 536 (2 MiB with a `u64` value) rather than one `Vec`, so growing
-//! never copies the timers already there (no pause of a 300 MB `realloc` at 10M timers) and never
-//! leaves half of a doubled capacity unused.
+//! The entry does not say where its timer sits in the wheel: the slot holds an [`Item`] naming
+//! the entry and the *stamp* it had when the item was placed. Every placement (insert or
+//! reschedule) and every removal (cancel or fire) moves the entry's stamp on, so exactly one
+//! item per entry, the latest placed while the key is live, carries the current stamp; all
+//! others are tombstones, dropped when the wheel next touches them. That is what makes cancel
+//! one write to one entry, and cascades sequential copies of items.
 //!
-//! Each occupied entry is a node of the doubly linked list of one wheel slot. `prev` is the
-//! previous node, or, for the head of a list, [`HEAD`] plus the slot id, so that unlinking any
-//! node, the head included, needs no search and no per-entry slot field.
+//! Entries live in chunks of 65 536 (1 MiB with a `u64` value) rather than one `Vec`, so growing
+//! never copies the entries already there (no pause of a 160 MB `realloc` at 10M timers).
+//!
+//! [`Item`]: super::block::Item
 
-use std::num::NonZeroU32;
-
-/// "No entry": the end of a list, an empty slot, an empty free list.
-pub(crate) const NIL: u32 = u32::MAX - 1;
-/// Flag in `prev` marking a list head; the low bits are then the slot id.
-pub(crate) const HEAD: u32 = 1 << 31;
-/// Entries the slab can hold: indices stay below [`HEAD`] so that `prev` stays unambiguous.
-pub(crate) const ENTRIES_MAX: usize = HEAD as usize;
+/// Entries the slab can hold.
+pub(crate) const ENTRIES_MAX: usize = 1 << 31;
 
 const CHUNK_BITS: u32 = 16;
 const CHUNK_LEN: usize = 1 << CHUNK_BITS;
 const CHUNK_MASK: u32 = (CHUNK_LEN - 1) as u32;
 
-const _: () = assert!(NIL > HEAD && NIL != u32::MAX);
 const _: () = assert!(ENTRIES_MAX.is_multiple_of(CHUNK_LEN));
-// The budget the issue sets: a timer with a `u64` value costs 32 bytes.
-const _: () = assert!(size_of::<Entry<u64>>() == 32);
-
-/// A `next` link stored inverted, so that the all-zero pattern is free to tell a vacant entry
-/// from an occupied one at no cost in size (the enum below fits in 24 bytes, not 32).
-#[derive(Clone, Copy)]
-struct Next(NonZeroU32);
-
-impl Next {
-    #[inline]
-    fn new(index: u32) -> Self {
-        Self(NonZeroU32::new(!index).expect("u32::MAX is never a link"))
-    }
-
-    #[inline]
-    fn get(self) -> u32 {
-        !self.0.get()
-    }
-}
-
-/// A pending timer.
-pub(crate) struct Occupied<T> {
-    /// The due time the caller asked for (never clamped).
-    pub(crate) due_ms: u64,
-    pub(crate) value: T,
-    prev: u32,
-    next: Next,
-}
-
-enum Slot<T> {
-    Occupied(Occupied<T>),
-    Vacant { next_free: u32 },
-}
+// The budget: a key with a `u64` value costs 16 bytes here, and its item 16 more in a slot.
+const _: () = assert!(size_of::<Entry<u64>>() == 16);
 
 struct Entry<T> {
-    /// Bumped each time the entry is freed, so keys of former occupants no longer match.
+    /// Odd while the key is live, even while the entry is free: bumped at insert and at
+    /// removal, so keys of former occupants no longer match.
     generation: u32,
-    slot: Slot<T>,
+    /// Bumped at every placement and removal; the live item carries the current value.
+    stamp: u32,
+    /// The value of the live key; stale (but initialised) while the entry is free.
+    value: T,
 }
 
-/// Chunked storage of the timers.
+/// A freshly occupied entry: where its key and its first item come from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Taken {
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
+    pub(crate) stamp: u32,
+}
+
+/// Chunked storage of the keys.
 pub(crate) struct Slab<T> {
     chunks: Vec<Vec<Entry<T>>>,
-    /// Entries ever created (occupied or vacant); the next fresh index.
+    /// Entries ever created (occupied or free); the next fresh index.
     created: u32,
-    free_head: u32,
+    free: FreeList,
     len: usize,
 }
 
-impl<T> Slab<T> {
-    /// An empty slab with room for `capacity` timers before it allocates again.
+/// A stack of free entry indices in chunks, so that it never copies itself to grow.
+#[derive(Default)]
+struct FreeList {
+    /// Every chunk but the top one is full.
+    chunks: Vec<Vec<u32>>,
+    /// An emptied chunk kept for the next push past a full top, so that pushes and pops at a
+    /// chunk's edge do not allocate and free in turn.
+    spare: Option<Vec<u32>>,
+}
+
+impl FreeList {
+    #[inline]
+    fn push(&mut self, index: u32) {
+        match self.chunks.last_mut() {
+            Some(top) if top.len() < CHUNK_LEN => top.push(index),
+            _ => {
+                let mut top = self
+                    .spare
+                    .take()
+                    .unwrap_or_else(|| Vec::with_capacity(CHUNK_LEN));
+                top.push(index);
+                self.chunks.push(top);
+            }
+        }
+    }
+
+    #[inline]
+    fn pop(&mut self) -> Option<u32> {
+        let top = self.chunks.last_mut()?;
+        let index = top.pop();
+        if top.is_empty() {
+            self.spare = self.chunks.pop();
+        }
+        index
+    }
+}
+
+impl<T: Copy> Slab<T> {
+    /// An empty slab with room for `capacity` keys before it allocates again.
     pub(crate) fn with_capacity(capacity: usize) -> Self {
         let mut slab = Self {
             chunks: Vec::new(),
             created: 0,
-            free_head: NIL,
+            free: FreeList::default(),
             len: 0,
         };
         let capacity = capacity.min(ENTRIES_MAX);
         let mut left = capacity;
         while left > 0 {
-            let n = left.min(CHUNK_LEN);
             // Only the first chunk may be short, and it grows (up to a full chunk) when filled.
-            let n = if slab.chunks.is_empty() { n } else { CHUNK_LEN };
+            let n = if slab.chunks.is_empty() {
+                left.min(CHUNK_LEN)
+            } else {
+                CHUNK_LEN
+            };
             slab.chunks.push(Vec::with_capacity(n));
             left = left.saturating_sub(n);
         }
         slab
     }
 
-    /// Occupied entries.
+    /// Live keys.
     pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    /// Timers the slab holds without allocating.
+    /// Keys the slab holds without allocating.
     pub(crate) fn capacity(&self) -> usize {
         match self.chunks.len() {
             0 => 0,
@@ -120,52 +138,48 @@ impl<T> Slab<T> {
         &mut self.chunks[(index >> CHUNK_BITS) as usize][(index & CHUNK_MASK) as usize]
     }
 
-    /// The pending timer at `index`; the caller knows it is occupied.
+    /// Whether the key `(index, generation)` is live.
     #[inline]
-    pub(crate) fn get(&self, index: u32) -> &Occupied<T> {
-        match &self.entry(index).slot {
-            Slot::Occupied(o) => o,
-            Slot::Vacant { .. } => panic!("slab entry {index} is vacant"),
-        }
+    pub(crate) fn is_live(&self, index: u32, generation: u32) -> bool {
+        // Live generations are odd, so a free entry never matches a key.
+        index < self.created && self.entry(index).generation == generation
     }
 
+    /// The stamp of entry `index`, read to bring its cache line in ahead of a fire.
     #[inline]
-    fn get_mut(&mut self, index: u32) -> &mut Occupied<T> {
-        match &mut self.entry_mut(index).slot {
-            Slot::Occupied(o) => o,
-            Slot::Vacant { .. } => panic!("slab entry {index} is vacant"),
-        }
+    pub(crate) fn stamp(&self, index: u32) -> u32 {
+        self.entry(index).stamp
     }
 
-    /// Whether `index` holds a pending timer of generation `generation`.
+    /// Whether an item of entry `index` placed with `stamp` is the live one.
     #[inline]
-    pub(crate) fn contains(&self, index: u32, generation: u32) -> bool {
-        if index >= self.created {
-            return false;
-        }
-        let entry = self.entry(index);
-        entry.generation == generation && matches!(entry.slot, Slot::Occupied(_))
+    pub(crate) fn is_current(&self, index: u32, stamp: u32) -> bool {
+        self.entry(index).stamp == stamp
     }
 
-    /// Stores a timer, unlinked; returns its index and generation.
-    pub(crate) fn insert(&mut self, due_ms: u64, value: T) -> (u32, u32) {
-        let occupied = Slot::Occupied(Occupied {
-            due_ms,
-            value,
-            prev: NIL,
-            next: Next::new(NIL),
-        });
+    /// The value of the live entry `index`.
+    #[inline]
+    pub(crate) fn value(&self, index: u32) -> T {
+        self.entry(index).value
+    }
+
+    /// Occupies an entry with `value` for its first placement.
+    pub(crate) fn insert(&mut self, value: T) -> Taken {
         self.len += 1;
-        if self.free_head != NIL {
-            let index = self.free_head;
+        if let Some(index) = self.free.pop() {
             let entry = self.entry_mut(index);
-            let Slot::Vacant { next_free } = entry.slot else {
-                panic!("free list reached occupied entry {index}");
+            assert!(
+                entry.generation & 1 == 0,
+                "free list reached live entry {index}"
+            );
+            entry.generation = entry.generation.wrapping_add(1);
+            entry.stamp = entry.stamp.wrapping_add(1);
+            entry.value = value;
+            return Taken {
+                index,
+                generation: entry.generation,
+                stamp: entry.stamp,
             };
-            entry.slot = occupied;
-            let generation = entry.generation;
-            self.free_head = next_free;
-            return (index, generation);
         }
         assert!(
             (self.created as usize) < ENTRIES_MAX,
@@ -184,64 +198,40 @@ impl<T> Slab<T> {
             entries.reserve_exact(target - entries.len());
         }
         entries.push(Entry {
-            generation: 0,
-            slot: occupied,
+            generation: 1,
+            stamp: 0,
+            value,
         });
         self.created += 1;
-        (index, 0)
+        Taken {
+            index,
+            generation: 1,
+            stamp: 0,
+        }
     }
 
-    /// Frees the timer at `index` (which must be unlinked by the caller); returns its due time,
-    /// value and the generation its key carried.
-    pub(crate) fn remove(&mut self, index: u32) -> (u64, T, u32) {
-        let next_free = self.free_head;
+    /// A new placement of the live entry `index`: its earlier item becomes a tombstone. Returns
+    /// the stamp for the new item.
+    #[inline]
+    pub(crate) fn replace(&mut self, index: u32) -> u32 {
         let entry = self.entry_mut(index);
-        let Slot::Occupied(o) = std::mem::replace(&mut entry.slot, Slot::Vacant { next_free })
-        else {
-            panic!("removing vacant slab entry {index}");
-        };
+        entry.stamp = entry.stamp.wrapping_add(1);
+        entry.stamp
+    }
+
+    /// Frees the live entry `index` (its item, if still in a slot, becomes a tombstone);
+    /// returns its value and the generation its key carried.
+    #[inline]
+    pub(crate) fn remove(&mut self, index: u32) -> (T, u32) {
+        let entry = self.entry_mut(index);
         let generation = entry.generation;
+        assert!(generation & 1 == 1, "removing free entry {index}");
         entry.generation = generation.wrapping_add(1);
-        self.free_head = index;
+        entry.stamp = entry.stamp.wrapping_add(1);
+        let value = entry.value;
+        self.free.push(index);
         self.len -= 1;
-        (o.due_ms, o.value, generation)
-    }
-
-    /// The due time of the pending timer at `index`.
-    #[inline]
-    pub(crate) fn due_ms(&self, index: u32) -> u64 {
-        self.get(index).due_ms
-    }
-
-    /// Sets the due time of the pending timer at `index`.
-    #[inline]
-    pub(crate) fn set_due_ms(&mut self, index: u32, due_ms: u64) {
-        self.get_mut(index).due_ms = due_ms;
-    }
-
-    /// The `(prev, next)` links of the pending timer at `index`.
-    #[inline]
-    pub(crate) fn links(&self, index: u32) -> (u32, u32) {
-        let o = self.get(index);
-        (o.prev, o.next.get())
-    }
-
-    /// Sets both links of the pending timer at `index`.
-    #[inline]
-    pub(crate) fn set_links(&mut self, index: u32, prev: u32, next: u32) {
-        let o = self.get_mut(index);
-        o.prev = prev;
-        o.next = Next::new(next);
-    }
-
-    #[inline]
-    pub(crate) fn set_prev(&mut self, index: u32, prev: u32) {
-        self.get_mut(index).prev = prev;
-    }
-
-    #[inline]
-    pub(crate) fn set_next(&mut self, index: u32, next: u32) {
-        self.get_mut(index).next = Next::new(next);
+        (value, generation)
     }
 }
 
@@ -250,45 +240,71 @@ mod tests {
     use super::*;
 
     #[test]
-    fn freed_entries_are_reused_with_a_new_generation() {
+    fn freed_entries_are_reused_with_a_new_generation_and_stamp() {
         let mut slab = Slab::with_capacity(0);
-        let (a, ga) = slab.insert(10, "a");
-        let (b, _) = slab.insert(20, "b");
+        let a = slab.insert(10u64);
+        let b = slab.insert(20);
         assert_eq!(slab.len(), 2);
-        assert!(slab.contains(a, ga));
-        assert_eq!(slab.remove(a), (10, "a", ga));
-        assert!(!slab.contains(a, ga), "a stale key no longer matches");
-        let (c, gc) = slab.insert(30, "c");
-        assert_eq!(c, a, "the free list reuses the entry");
-        assert_ne!(gc, ga);
-        assert!(slab.contains(c, gc) && !slab.contains(c, ga));
-        assert_eq!(slab.due_ms(b), 20);
-        assert!(!slab.contains(99, 0), "never created");
+        assert!(slab.is_live(a.index, a.generation));
+        assert!(slab.is_current(a.index, a.stamp));
+        assert_eq!(slab.remove(a.index), (10, a.generation));
+        assert!(
+            !slab.is_live(a.index, a.generation),
+            "a stale key no longer matches"
+        );
+        assert!(
+            !slab.is_current(a.index, a.stamp),
+            "its item is a tombstone"
+        );
+        let c = slab.insert(30);
+        assert_eq!(c.index, a.index, "the free list reuses the entry");
+        assert_ne!(c.generation, a.generation);
+        assert!(slab.is_current(c.index, c.stamp) && !slab.is_current(c.index, a.stamp));
+        assert!(slab.is_live(c.index, c.generation) && !slab.is_live(c.index, a.generation));
+        assert_eq!(slab.value(b.index), 20);
+        assert!(!slab.is_live(99, 1), "never created");
     }
 
     #[test]
-    fn links_round_trip_including_nil() {
-        let mut slab = Slab::with_capacity(4);
-        let (a, _) = slab.insert(1, ());
-        assert_eq!(slab.links(a), (NIL, NIL));
-        slab.set_links(a, HEAD | 5, 3);
-        assert_eq!(slab.links(a), (HEAD | 5, 3));
-        slab.set_next(a, NIL);
-        slab.set_prev(a, 0);
-        assert_eq!(slab.links(a), (0, NIL));
+    fn a_replacement_makes_the_earlier_item_a_tombstone_and_keeps_the_key() {
+        let mut slab = Slab::with_capacity(1);
+        let a = slab.insert(1u64);
+        let stamp = slab.replace(a.index);
+        assert!(!slab.is_current(a.index, a.stamp));
+        assert!(slab.is_current(a.index, stamp));
+        assert!(slab.is_live(a.index, a.generation));
     }
 
     #[test]
     fn grows_across_chunks_without_moving_entries() {
         let mut slab = Slab::with_capacity(10);
         for i in 0..(CHUNK_LEN as u64 + 10) {
-            let (index, _) = slab.insert(i, i);
-            assert_eq!(index as u64, i);
+            assert_eq!(slab.insert(i).index as u64, i);
         }
         assert_eq!(slab.chunks[0].capacity(), CHUNK_LEN);
         assert_eq!(slab.chunks.len(), 2);
-        assert_eq!(slab.due_ms(CHUNK_LEN as u32 + 3), CHUNK_LEN as u64 + 3);
+        assert_eq!(slab.value(CHUNK_LEN as u32 + 3), CHUNK_LEN as u64 + 3);
         assert!(slab.capacity() >= slab.len());
+    }
+
+    #[test]
+    fn the_free_list_spans_chunks_and_keeps_one_spare() {
+        let mut free = FreeList::default();
+        for i in 0..(CHUNK_LEN as u32 + 3) {
+            free.push(i);
+        }
+        assert_eq!(free.chunks.len(), 2);
+        for i in (0..(CHUNK_LEN as u32 + 3)).rev() {
+            assert_eq!(free.pop(), Some(i));
+        }
+        assert_eq!(free.pop(), None);
+        assert!(
+            free.chunks.is_empty() && free.spare.is_some(),
+            "one chunk kept"
+        );
+        free.push(7);
+        assert!(free.spare.is_none(), "and reused");
+        assert_eq!(free.pop(), Some(7));
     }
 
     #[test]
