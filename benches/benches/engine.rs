@@ -678,13 +678,19 @@ fn burst(root: &Path, s: &Sizes) {
             while now_ms() + 200 < due {
                 std::thread::sleep(Duration::from_millis(5));
             }
+            let mut slowest = (0u64, 0i64);
             while !finished.load(Ordering::Acquire) {
-                let t = Instant::now();
+                let (t, at) = (Instant::now(), now_ms() as i64 - due as i64);
                 engine
                     .schedule(JobSpec::at(due + 3_600_000))
                     .expect("schedule");
-                latencies_us.push(t.elapsed().as_micros() as u64);
+                let us = t.elapsed().as_micros() as u64;
+                if us > slowest.0 {
+                    slowest = (us, at);
+                }
+                latencies_us.push(us);
             }
+            eprintln!("slowest schedule: {} us, started {} ms after the due time", slowest.0, slowest.1);
             latencies_us
         })
     };

@@ -8,7 +8,9 @@
 //!   1 ms .. 1 h ahead, for ten virtual minutes;
 //! - pauses: W1 and W3 again, timing every single call (insert, cancel, poll, and the clock
 //!   advance of `DelayQueue`), kept apart so that reading the clock does not slow the above;
-//! - bytes per timer: bytes allocated by the structure after W1's inserts, over N.
+//! - bytes per timer: bytes allocated by the structure after W1's inserts, over N;
+//! - W4 bulk load: N pending, then a sorted run of 1M due over one hour bucket two hours ahead
+//!   (what loading a bucket file does), ns per insert.
 //!
 //! Figures are the best of `WHEEL_BENCH_RUNS` runs (default 3 at N <= 1M, 1 above).
 //! `WHEEL_BENCH_N` (default `1000000,10000000`) picks the sizes; arguments that name structures
@@ -374,6 +376,24 @@ async fn w3<T: Timers>(dues: &[u64]) -> (W3, T) {
     )
 }
 
+/// Jobs in the sorted run of W4: one hour bucket's worth, as a bucket file holds.
+const BULK_JOBS: u64 = 1_000_000;
+
+/// W4 bulk load: N pending, then one hour bucket's run of [`BULK_JOBS`] sorted by due, two
+/// hours ahead, inserted in order (what loading a bucket file does); ns per insert of the run.
+async fn w4<T: Timers>(dues: &[u64]) -> (f64, T) {
+    let mut timers = T::new(T0);
+    for (i, &due) in dues.iter().enumerate() {
+        timers.insert(due, i as u64);
+    }
+    let bucket_ms = T0 + 2 * HOUR_MS;
+    let start = Instant::now();
+    for k in 0..BULK_JOBS {
+        timers.insert(bucket_ms + k * HOUR_MS / BULK_JOBS, k);
+    }
+    (ns_per(start.elapsed(), BULK_JOBS as usize), timers)
+}
+
 /// Runs a workload to completion: on a paused tokio runtime for `DelayQueue`, else by polling
 /// once (nothing else ever waits).
 fn run<F: Future>(tokio_clock: bool, future: F) -> F::Output {
@@ -401,6 +421,7 @@ struct Row {
     pause_w1: Pauses,
     pause_w3: Pauses,
     bytes_per_timer: f64,
+    bulk_ns: f64,
 }
 
 fn measure<T: Timers>(dues: &[u64], runs: usize, tokio_clock: bool) -> Row {
@@ -413,6 +434,7 @@ fn measure<T: Timers>(dues: &[u64], runs: usize, tokio_clock: bool) -> Row {
         pause_w1: Pauses::default(),
         pause_w3: Pauses::default(),
         bytes_per_timer: 0.0,
+        bulk_ns: f64::MAX,
     };
     for _ in 0..runs {
         let (w, timers) = run(tokio_clock, w1::<T>(dues));
@@ -427,6 +449,9 @@ fn measure<T: Timers>(dues: &[u64], runs: usize, tokio_clock: bool) -> Row {
         let (w, timers) = run(tokio_clock, w3::<T>(dues));
         drop(timers);
         row.cycle_ns = row.cycle_ns.min(w.cycle_ns);
+        let (bulk_ns, timers) = run(tokio_clock, w4::<T>(dues));
+        drop(timers);
+        row.bulk_ns = row.bulk_ns.min(bulk_ns);
     }
     let (_, timed) = run(tokio_clock, w1::<Timed<T>>(dues));
     row.pause_w1 = timed.pauses;
@@ -459,6 +484,14 @@ fn print_table(n: usize, runs: usize, rows: &[(&str, Row)]) {
             us(r.pause_w3.max()),
             r.bytes_per_timer
         );
+    }
+    println!(
+        "\nW4, a sorted run of {BULK_JOBS} (one hour bucket, 2 h ahead) loaded into {n} pending:\n"
+    );
+    println!("| structure | ns per insert | M inserts/s |");
+    println!("|---|---:|---:|");
+    for (name, r) in rows {
+        println!("| {name} | {:.1} | {:.1} |", r.bulk_ns, 1e3 / r.bulk_ns);
     }
     println!("\nWorst single call by kind, µs (W1 / W3):\n");
     println!("| structure | insert | poll | clock advance |");
