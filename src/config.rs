@@ -62,6 +62,10 @@ pub struct Config {
     /// files (and then delete), in milliseconds; 0 turns the background compactor off
     /// ([`Engine::compact`](crate::Engine::compact) still runs a pass when asked).
     pub compact_interval_ms: u64,
+    /// How often the engine publishes its figures through the `metrics` facade, in
+    /// milliseconds (see [`crate::metrics`]); 0 never (then
+    /// [`Engine::publish_metrics`](crate::Engine::publish_metrics) publishes when asked).
+    pub metrics_interval_ms: u64,
     /// Sealed journal segments one compaction pass folds at most (its memory is about that
     /// many segments' worth of live records).
     pub compact_segments_max: usize,
@@ -117,6 +121,7 @@ impl Config {
             timer_thread: true,
             timer_realtime: true,
             compact_interval_ms: 10_000,
+            metrics_interval_ms: 1_000,
             compact_segments_max: 4,
             bucket_runs_max: 16,
             horizon_ms: 3 * HOUR_MS,
@@ -242,6 +247,12 @@ impl Config {
     /// Sets [`Config::compact_interval_ms`](Config#structfield.compact_interval_ms).
     pub fn compact_interval_ms(mut self, compact_interval_ms: u64) -> Self {
         self.compact_interval_ms = compact_interval_ms;
+        self
+    }
+
+    /// Sets [`Config::metrics_interval_ms`](Config#structfield.metrics_interval_ms).
+    pub fn metrics_interval_ms(mut self, metrics_interval_ms: u64) -> Self {
+        self.metrics_interval_ms = metrics_interval_ms;
         self
     }
 

@@ -42,6 +42,7 @@ mod engine;
 pub mod error;
 pub mod inspect;
 pub mod job;
+pub mod metrics;
 #[cfg(feature = "testing")]
 pub mod record;
 #[cfg(not(feature = "testing"))]

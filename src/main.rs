@@ -62,6 +62,11 @@ struct ServeArgs {
     /// Longest request line accepted; longer ones get a bad_request error.
     #[arg(long, value_name = "N", default_value_t = ServeOptions::default().line_bytes_max)]
     max_line_bytes: usize,
+    /// Serve the engine's metrics in the Prometheus text format at http://ADDR/metrics (for
+    /// example 127.0.0.1:9464; port 0 picks a free one). The address bound is printed on
+    /// stderr.
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// Input buffer of `serve`: large enough that a burst of requests is read, and batched, at
@@ -122,6 +127,15 @@ fn run_serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(addr) = args.metrics_addr {
+        match cli::prometheus::serve(addr) {
+            Ok(bound) => eprintln!("timewheel serve: metrics at http://{bound}/metrics"),
+            Err(e) => {
+                eprintln!("timewheel serve: serving metrics on {addr}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let engine = match Engine::open(config.clone()) {
         Ok(engine) => engine,
         Err(e) => {

@@ -690,7 +690,10 @@ fn burst(root: &Path, s: &Sizes) {
                 }
                 latencies_us.push(us);
             }
-            eprintln!("slowest schedule: {} us, started {} ms after the due time", slowest.0, slowest.1);
+            eprintln!(
+                "slowest schedule: {} us, started {} ms after the due time",
+                slowest.0, slowest.1
+            );
             latencies_us
         })
     };

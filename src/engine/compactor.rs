@@ -280,16 +280,19 @@ fn note_damage(damage: &mut Option<String>, e: &Error) {
 }
 
 /// The background compactor: loads buckets as the horizon reaches them (checked every second),
-/// and every `Config::compact_interval_ms` (0: never) passes until nothing sealed is left to
-/// fold.
+/// every `Config::compact_interval_ms` (0: never) passes until nothing sealed is left to fold,
+/// and every `Config::metrics_interval_ms` (0: never) publishes the engine's metrics.
 pub(super) fn run(shared: Arc<Shared>) {
     let interval = Duration::from_millis(shared.config.compact_interval_ms);
-    let tick = Duration::from_secs(1).min(if interval.is_zero() {
-        Duration::from_secs(1)
-    } else {
-        interval
-    });
-    let mut since_pass = Duration::ZERO;
+    let metrics_interval = Duration::from_millis(shared.config.metrics_interval_ms);
+    let tick = [interval, metrics_interval]
+        .into_iter()
+        .filter(|d| !d.is_zero())
+        .fold(Duration::from_secs(1), Duration::min);
+    let (mut since_pass, mut since_metrics) = (Duration::ZERO, Duration::ZERO);
+    if !metrics_interval.is_zero() {
+        shared.publish_metrics();
+    }
     loop {
         {
             let store = lock(&shared.store);
@@ -303,6 +306,11 @@ pub(super) fn run(shared: Arc<Shared>) {
         }
         if let Err(e) = shared.load_horizon() {
             tracing::warn!(error = %e, "loading a bucket that the horizon reached failed; retried");
+        }
+        since_metrics += tick;
+        if !metrics_interval.is_zero() && since_metrics >= metrics_interval {
+            since_metrics = Duration::ZERO;
+            shared.publish_metrics();
         }
         since_pass += tick;
         if interval.is_zero() || since_pass < interval {

@@ -419,26 +419,15 @@ impl Engine {
 
     /// Counts, queue depth, fire lateness and claim wait.
     pub fn stats(&self) -> Stats {
-        let sh = &*self.shared;
-        let state = sh.lock_state();
-        let now_ms = state.now_ms.max(sh.clock.now_ms());
-        let view = StateView {
-            scheduled: state.in_state[state_index(JobState::Scheduled)] + state.non_resident,
-            ready: state.in_state[state_index(JobState::Ready)],
-            running: state.in_state[state_index(JobState::Running)],
-            completed: state.counters.completed,
-            cancelled: state.counters.cancelled,
-            failed: state.counters.failed,
-            fired: state.counters.fired,
-            redelivered: state.counters.redelivered,
-            requeued: state.counters.requeued,
-            scheduled_overdue: u64::from(state.due.next_due().is_some_and(|d| d < now_ms)),
-            lateness_us: &state.lateness_us,
-            claim_wait_us: &state.claim_wait_us,
-        };
-        let mut stats = Stats::collect(&view, sh.ready_rx.len(), &sh.recovery);
-        stats.timer_realtime = sh.timer_realtime.load(Ordering::Relaxed);
-        stats
+        self.shared.stats()
+    }
+
+    /// Publishes [`stats`](Self::stats) and [`store_stats`](Self::store_stats) through the
+    /// `metrics` facade now (the engine also does every
+    /// [`Config::metrics_interval_ms`](crate::Config#structfield.metrics_interval_ms)); see
+    /// [`crate::metrics`] for the names.
+    pub fn publish_metrics(&self) {
+        self.shared.publish_metrics();
     }
 
     /// Runs one compaction pass now, in the caller's thread: folds the sealed journal
@@ -662,6 +651,35 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
+    /// What `Engine::stats` returns.
+    pub(crate) fn stats(&self) -> Stats {
+        let sh = self;
+        let state = sh.lock_state();
+        let now_ms = state.now_ms.max(sh.clock.now_ms());
+        let view = StateView {
+            scheduled: state.in_state[state_index(JobState::Scheduled)] + state.non_resident,
+            ready: state.in_state[state_index(JobState::Ready)],
+            running: state.in_state[state_index(JobState::Running)],
+            completed: state.counters.completed,
+            cancelled: state.counters.cancelled,
+            failed: state.counters.failed,
+            fired: state.counters.fired,
+            redelivered: state.counters.redelivered,
+            requeued: state.counters.requeued,
+            scheduled_overdue: u64::from(state.due.next_due().is_some_and(|d| d < now_ms)),
+            lateness_us: &state.lateness_us,
+            claim_wait_us: &state.claim_wait_us,
+        };
+        let mut stats = Stats::collect(&view, sh.ready_rx.len(), &sh.recovery);
+        stats.timer_realtime = sh.timer_realtime.load(Ordering::Relaxed);
+        stats
+    }
+
+    /// Publishes `stats` and `store_stats` through the `metrics` facade.
+    pub(crate) fn publish_metrics(&self) {
+        crate::metrics::publish(&self.stats(), &self.store_stats());
+    }
+
     fn lock_state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
     }
