@@ -66,4 +66,4 @@ pub use config::{Config, Durability, RecoveryMode};
 pub use engine::{DrainReport, Engine, Pending};
 pub use error::{Error, Result};
 pub use job::{Claimed, Due, JobId, JobInfo, JobSpec, JobState, Outcome};
-pub use stats::{CompactionReport, RecoveryStats, Stats, StoreStats};
+pub use stats::{CompactionReport, LogStats, RecoveryStats, Stats, StoreStats};

@@ -5,16 +5,18 @@
 //! The engine publishes every [`Config::metrics_interval_ms`](crate::Config#structfield.metrics_interval_ms)
 //! (1 s by default, on its background thread), and [`Engine::publish_metrics`](crate::Engine::publish_metrics)
 //! publishes at once. Nothing is counted on the hot paths: the figures are the ones
-//! [`Engine::stats`](crate::Engine::stats) and [`Engine::store_stats`](crate::Engine::store_stats)
-//! return, set as gauges and as counters at their absolute values (a counter starts again from
+//! [`Engine::stats`](crate::Engine::stats), [`Engine::store_stats`](crate::Engine::store_stats)
+//! and [`Engine::log_stats`](crate::Engine::log_stats) return, set as gauges and as counters at their absolute values (a counter starts again from
 //! the data directory's figure at each open, or from zero for the figures counted since open).
-//! `timewheel serve --metrics-addr` serves them in the Prometheus text format.
+//! `timewheel serve --metrics-addr` serves them in the Prometheus text format;
+//! docs/operations.md lists them with the alert rules worth setting.
 //!
 //! | name | type | what |
 //! |---|---|---|
 //! | `timewheel_jobs{state}` | gauge | live jobs by state: `scheduled` (resident or on disk), `ready`, `running` |
 //! | `timewheel_jobs_finished_total{how}` | counter | jobs `completed`, `cancelled`, `failed`, over the life of the data directory |
 //! | `timewheel_jobs_fired_total` | counter | jobs fired since open |
+//! | `timewheel_jobs_claimed_total` | counter | deliveries claimed by workers since open |
 //! | `timewheel_jobs_redelivered_total` | counter | deliveries repeated since open (leases run out, crash recovery) |
 //! | `timewheel_jobs_requeued_total` | counter | ready jobs nobody claimed in time, queued again, since open |
 //! | `timewheel_jobs_missed_at_open` | gauge | jobs whose due time passed while the engine was down |
@@ -23,6 +25,10 @@
 //! | `timewheel_fire_lateness_seconds{quantile}` | gauge | due time to the ready queue, since open: `0.5`, `0.99`, `0.999`, `1` |
 //! | `timewheel_claim_wait_seconds{quantile}` | gauge | ready queue to claim, since open: `0.5`, `0.99`, `1` |
 //! | `timewheel_timer_realtime` | gauge | 1 when the timer thread runs at real-time priority |
+//! | `timewheel_wal_records_total`, `timewheel_wal_bytes_total` | counter | records and bytes appended to the journal since open |
+//! | `timewheel_wal_syncs_total` | counter | group-commit syncs since open |
+//! | `timewheel_wal_sync_seconds_bucket{le}`, `_sum`, `_count` | counter | sync durations since open, as a Prometheus histogram (`histogram_quantile` works on it) |
+//! | `timewheel_wal_rolls_total` | counter | journal segment rolls since open |
 //! | `timewheel_store_bytes{part}` | gauge | bytes on disk: `journal`, `buckets` |
 //! | `timewheel_journal_segments` | gauge | journal segment files |
 //! | `timewheel_buckets`, `timewheel_bucket_files` | gauge | hour buckets on disk, and their run files |
@@ -63,10 +69,10 @@ use std::sync::Once;
 
 use metrics::{Unit, counter, describe_counter, describe_gauge, gauge};
 
-use crate::stats::{Stats, StoreStats};
+use crate::stats::{LogStats, Stats, StoreStats};
 
 /// Sets every metric in the table of the [module documentation](self) from a snapshot.
-pub fn publish(stats: &Stats, store: &StoreStats) {
+pub fn publish(stats: &Stats, store: &StoreStats, log: &LogStats) {
     static DESCRIBED: Once = Once::new();
     DESCRIBED.call_once(describe);
     for (state, n) in [
@@ -84,6 +90,7 @@ pub fn publish(stats: &Stats, store: &StoreStats) {
         counter!("timewheel_jobs_finished_total", "how" => how).absolute(n);
     }
     counter!("timewheel_jobs_fired_total").absolute(stats.fired);
+    counter!("timewheel_jobs_claimed_total").absolute(stats.claimed);
     counter!("timewheel_jobs_redelivered_total").absolute(stats.redelivered);
     counter!("timewheel_jobs_requeued_total").absolute(stats.requeued);
     gauge!("timewheel_jobs_missed_at_open").set(stats.missed_at_open as f64);
@@ -105,6 +112,21 @@ pub fn publish(stats: &Stats, store: &StoreStats) {
         gauge!("timewheel_claim_wait_seconds", "quantile" => quantile).set(us as f64 / 1e6);
     }
     gauge!("timewheel_timer_realtime").set(f64::from(u8::from(stats.timer_realtime)));
+    counter!("timewheel_wal_records_total").absolute(log.records);
+    counter!("timewheel_wal_bytes_total").absolute(log.bytes);
+    counter!("timewheel_wal_syncs_total").absolute(log.syncs);
+    counter!("timewheel_wal_rolls_total").absolute(log.rolls);
+    for &(bound, n) in &log.sync_seconds_buckets {
+        let le = if bound.is_finite() {
+            bound.to_string()
+        } else {
+            "+Inf".to_owned()
+        };
+        counter!("timewheel_wal_sync_seconds_bucket", "le" => le).absolute(n);
+    }
+    // A counter holds integers, so the sum of seconds is a gauge (it only grows too).
+    gauge!("timewheel_wal_sync_seconds_sum").set(log.sync_seconds_total);
+    counter!("timewheel_wal_sync_seconds_count").absolute(log.syncs);
     gauge!("timewheel_store_bytes", "part" => "journal").set(store.journal_bytes as f64);
     gauge!("timewheel_store_bytes", "part" => "buckets").set(store.bucket_bytes as f64);
     gauge!("timewheel_journal_segments").set(store.journal_segments as f64);

@@ -116,6 +116,8 @@ pub struct Stats {
     pub overdue: u64,
     /// Jobs fired since open.
     pub fired: u64,
+    /// Deliveries claimed by workers since open.
+    pub claimed: u64,
     /// Deliveries repeated since open: leases that ran out, and jobs interrupted by a crash
     /// or shutdown and delivered again at open.
     pub redelivered: u64,
@@ -168,6 +170,7 @@ impl Stats {
             ready_queue_depth,
             overdue: view.ready + view.scheduled_overdue,
             fired: view.fired,
+            claimed: view.claimed,
             redelivered: view.redelivered,
             requeued: view.requeued,
             missed_at_open: recovery.missed,
@@ -192,6 +195,7 @@ pub(crate) struct StateView<'a> {
     pub cancelled: u64,
     pub failed: u64,
     pub fired: u64,
+    pub claimed: u64,
     pub redelivered: u64,
     pub requeued: u64,
     /// At least one scheduled job is past due (the timer thread is behind): a lower bound.
@@ -224,4 +228,42 @@ pub struct CompactionReport {
     pub buckets_dropped: u64,
     /// How long it took.
     pub elapsed: Duration,
+}
+
+/// What the journal did since the engine opened (see [`Engine::log_stats`](crate::Engine::log_stats)).
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct LogStats {
+    /// Records appended.
+    pub records: u64,
+    /// Bytes of record frames appended (headers and padding included).
+    pub bytes: u64,
+    /// Group-commit syncs; each covers every append published before it.
+    pub syncs: u64,
+    /// Time spent in those syncs.
+    pub sync_seconds_total: f64,
+    /// Syncs by duration, cumulative: `(upper bound in seconds, syncs that took at most that)`,
+    /// the last bound infinite (it counts them all).
+    pub sync_seconds_buckets: Vec<(f64, u64)>,
+    /// Segment rolls.
+    pub rolls: u64,
+}
+
+impl LogStats {
+    pub(crate) fn from_wal(wal: &timewheel_wal::WalStats) -> Self {
+        let bounds = timewheel_wal::SYNC_SECONDS_BOUNDS
+            .iter()
+            .copied()
+            .chain([f64::INFINITY]);
+        LogStats {
+            records: wal.records,
+            bytes: wal.bytes,
+            syncs: wal.syncs,
+            sync_seconds_total: wal.sync_seconds_total,
+            sync_seconds_buckets: bounds
+                .zip(wal.sync_seconds_buckets.iter().copied())
+                .collect(),
+            rolls: wal.rolls,
+        }
+    }
 }

@@ -88,6 +88,23 @@ fn metrics_follow_the_jobs_over_http() {
         .and_then(|v| v.parse::<f64>().ok())
         .expect("journal bytes");
     assert!(journal > 0.0, "the journal holds the two records");
+    let value = |name: &str| {
+        response
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in:\n{response}"))
+    };
+    let syncs = value("timewheel_wal_syncs_total");
+    assert!(
+        syncs >= 2.0,
+        "a durable schedule and a durable cancel: {syncs} syncs"
+    );
+    assert_eq!(
+        value("timewheel_wal_sync_seconds_bucket{le=\"+Inf\"}"),
+        syncs
+    );
+    assert_eq!(value("timewheel_wal_sync_seconds_count"), syncs);
+    assert!(value("timewheel_wal_records_total") >= 2.0);
 
     assert!(get(&addr, "/nothing").starts_with("HTTP/1.1 404"));
     drop(stdin);

@@ -422,7 +422,13 @@ impl Engine {
         self.shared.stats()
     }
 
-    /// Publishes [`stats`](Self::stats) and [`store_stats`](Self::store_stats) through the
+    /// Records, bytes, syncs (with their durations) and rolls of the journal since open.
+    pub fn log_stats(&self) -> crate::stats::LogStats {
+        crate::stats::LogStats::from_wal(&self.shared.wal.stats())
+    }
+
+    /// Publishes [`stats`](Self::stats), [`store_stats`](Self::store_stats) and
+    /// [`log_stats`](Self::log_stats) through the
     /// `metrics` facade now (the engine also does every
     /// [`Config::metrics_interval_ms`](crate::Config#structfield.metrics_interval_ms)); see
     /// [`crate::metrics`] for the names.
@@ -664,6 +670,7 @@ impl Shared {
             cancelled: state.counters.cancelled,
             failed: state.counters.failed,
             fired: state.counters.fired,
+            claimed: state.counters.claimed,
             redelivered: state.counters.redelivered,
             requeued: state.counters.requeued,
             scheduled_overdue: u64::from(state.due.next_due().is_some_and(|d| d < now_ms)),
@@ -677,7 +684,8 @@ impl Shared {
 
     /// Publishes `stats` and `store_stats` through the `metrics` facade.
     pub(crate) fn publish_metrics(&self) {
-        crate::metrics::publish(&self.stats(), &self.store_stats());
+        let log = crate::stats::LogStats::from_wal(&self.wal.stats());
+        crate::metrics::publish(&self.stats(), &self.store_stats(), &log);
     }
 
     fn lock_state(&self) -> MutexGuard<'_, State> {

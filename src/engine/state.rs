@@ -250,6 +250,7 @@ impl State {
                 let key = self.leases.insert(lease_until_ms, id.0);
                 self.jobs.get_mut(&id).expect("present").timer = Some(key);
                 self.count(Some(JobState::Ready), Some(JobState::Running));
+                self.counters.claimed += 1;
                 let wait_us = now_ms.saturating_sub(ready_at_ms).saturating_mul(1000);
                 self.claim_wait_us.saturating_record(wait_us.max(1));
                 Ok(())

@@ -80,6 +80,8 @@ pub(crate) struct Counters {
     pub cancelled: u64,
     pub failed: u64,
     pub fired: u64,
+    /// Claims since open (each delivery a worker took).
+    pub claimed: u64,
     pub redelivered: u64,
     /// Ready jobs nobody claimed within the lease, queued again.
     pub requeued: u64,

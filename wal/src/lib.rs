@@ -67,7 +67,7 @@ mod sync;
 pub mod testing;
 
 pub use error::{CorruptionReason, Error};
-pub use log::{SegmentInfo, Wal};
+pub use log::{SYNC_SECONDS_BOUNDS, SegmentInfo, Wal, WalStats};
 pub use options::{Durability, RecoveryMode, WalOptions};
 pub use reader::{Iter, Record, RecordRef};
 pub use recovery::{RecoveryReport, RepairedGroup, TornTail};

@@ -61,6 +61,63 @@ struct Shared<S: Storage> {
     next_changed: Condvar,
     /// When a failed preallocation was last logged, and how many were not logged since.
     warned: Mutex<(Option<std::time::Instant>, u64)>,
+    /// What [`Wal::stats`] reports.
+    figures: Figures,
+}
+
+/// Upper bounds, in seconds, of the buckets of [`WalStats::sync_seconds_buckets`] (the last
+/// bucket, `+Inf`, is implied).
+pub const SYNC_SECONDS_BOUNDS: [f64; 13] = [
+    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
+/// What the log has done since it opened: counted with relaxed atomic adds on the paths that
+/// do the work, read by [`Wal::stats`].
+#[derive(Default)]
+struct Figures {
+    records: std::sync::atomic::AtomicU64,
+    bytes: std::sync::atomic::AtomicU64,
+    syncs: std::sync::atomic::AtomicU64,
+    sync_ns: std::sync::atomic::AtomicU64,
+    /// Syncs by duration: one counter per bound of [`SYNC_SECONDS_BOUNDS`], then `+Inf`.
+    sync_buckets: [std::sync::atomic::AtomicU64; SYNC_SECONDS_BOUNDS.len() + 1],
+    rolls: std::sync::atomic::AtomicU64,
+}
+
+impl Figures {
+    fn add(counter: &std::sync::atomic::AtomicU64, n: u64) {
+        counter.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn sync_took(&self, took: std::time::Duration) {
+        Self::add(&self.syncs, 1);
+        Self::add(&self.sync_ns, took.as_nanos() as u64);
+        let secs = took.as_secs_f64();
+        let bucket = SYNC_SECONDS_BOUNDS
+            .iter()
+            .position(|&bound| secs <= bound)
+            .unwrap_or(SYNC_SECONDS_BOUNDS.len());
+        Self::add(&self.sync_buckets[bucket], 1);
+    }
+}
+
+/// What the log has done since it opened (see [`Wal::stats`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct WalStats {
+    /// Records appended.
+    pub records: u64,
+    /// Bytes of record frames appended (headers and padding included).
+    pub bytes: u64,
+    /// Group-commit syncs (each may cover many appends).
+    pub syncs: u64,
+    /// Time spent in those syncs.
+    pub sync_seconds_total: f64,
+    /// Syncs by duration, cumulative as Prometheus counts them: entry `i` counts the syncs
+    /// that took at most `SYNC_SECONDS_BOUNDS[i]` seconds; the last entry counts them all.
+    pub sync_seconds_buckets: Vec<u64>,
+    /// Segment rolls.
+    pub rolls: u64,
 }
 
 /// Files made for segments the log has not rolled into yet: all zero, no header, directory
@@ -194,6 +251,7 @@ impl<S: Storage> Wal<S> {
             }),
             next_changed: Condvar::new(),
             warned: Mutex::new((None, 0)),
+            figures: Figures::default(),
             opts,
         });
         let preparer = if shared.storage.prepare_in_background() {
@@ -280,6 +338,30 @@ impl<S: Storage> Wal<S> {
         }
         self.wait_commit(self.shared.commit.written_lsn())?;
         Ok(self.durable_lsn())
+    }
+
+    /// What the log did since it opened: records and bytes appended, syncs and their
+    /// durations, rolls.
+    pub fn stats(&self) -> WalStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        let f = &self.shared.figures;
+        let mut total = 0;
+        let sync_seconds_buckets = f
+            .sync_buckets
+            .iter()
+            .map(|b| {
+                total += b.load(Relaxed);
+                total
+            })
+            .collect();
+        WalStats {
+            records: f.records.load(Relaxed),
+            bytes: f.bytes.load(Relaxed),
+            syncs: f.syncs.load(Relaxed),
+            sync_seconds_total: f.sync_ns.load(Relaxed) as f64 / 1e9,
+            sync_seconds_buckets,
+            rolls: f.rolls.load(Relaxed),
+        }
     }
 
     /// The highest LSN known durable (0: none).
@@ -565,12 +647,14 @@ impl<S: Storage> Wal<S> {
             encode_record(&mut log.scratch, seg.salt, offset, meta, body);
             log.group.frames.extend_from_slice(&log.scratch[at..]);
             log.group.count += 1;
+            Figures::add(&sh.figures.bytes, (log.scratch.len() - at) as u64);
             lsn += 1;
             if log.scratch.len() >= WRITE_CHUNK_BYTES {
                 sh.flush(log, lsn)?;
             }
         }
         sh.flush(log, lsn)?;
+        Figures::add(&sh.figures.records, entries.len() as u64);
         Ok(lsn - 1)
     }
 }
@@ -715,9 +799,12 @@ impl<S: Storage> Shared<S> {
         lead: impl FnMut() -> Result<Option<Taken<S::File>>, CommitError>,
     ) -> Result<(), Error> {
         let sync = |ranges: &[DirtyRange<S::File>]| {
-            ranges
+            let started = std::time::Instant::now();
+            let synced = ranges
                 .iter()
-                .try_for_each(|r| r.file.sync_range(r.start, r.end - r.start))
+                .try_for_each(|r| r.file.sync_range(r.start, r.end - r.start));
+            self.figures.sync_took(started.elapsed());
+            synced
         };
         self.commit.wait_durable(lsn, lead, sync).map_err(|e| match e {
             CommitError::SyncFailed(e) => {
@@ -896,6 +983,7 @@ impl<S: Storage> Shared<S> {
         };
         match start_segment(file, id, first_lsn, self.opts.segment_bytes) {
             Ok(segment) => {
+                Figures::add(&self.figures.rolls, 1);
                 tracing::debug!(segment = id, first_lsn, "WAL rolled");
                 log.segments.push_back(segment);
                 log.group.count = 0;

@@ -51,6 +51,19 @@ fn every_acknowledged_record_comes_back() {
     let total = u64::from(THREADS * PER_THREAD + THREADS * PER_THREAD / 10);
     assert_eq!(acked.len() as u64, total);
     assert_eq!(wal.last_lsn(), total);
+    let figures = wal.stats();
+    assert_eq!(figures.records, total);
+    assert!(
+        figures.bytes >= total * 32,
+        "a frame is at least a header: {figures:?}"
+    );
+    assert!(
+        figures.syncs >= 1 && figures.syncs < total,
+        "shared syncs: {figures:?}"
+    );
+    assert!(figures.sync_seconds_buckets.is_sorted(), "cumulative");
+    assert_eq!(figures.sync_seconds_buckets.last(), Some(&figures.syncs));
+    assert!(figures.rolls >= 1, "{figures:?}");
     Arc::into_inner(wal).unwrap().close().unwrap();
 
     let (wal, report) = Wal::open_dir(dir.path(), opts).unwrap();
