@@ -31,6 +31,35 @@
 //! # }
 //! ```
 //!
+//! ## Async (feature `async`, or `tokio`)
+//!
+//! The durable calls as futures (`schedule_async`, `cancel_async`, `reschedule_async`,
+//! `complete_async`, `fail_async`), woken when group commit makes their records durable: no
+//! thread is parked per waiting call, so thousands of tasks can wait on one engine and share
+//! its syncs. The worker's take is a future too (`next_async`, `claim_next_async`) and a
+//! [`Stream`](futures_core::Stream) of claimed jobs ([`Engine::claimed_stream`]). The futures
+//! need no particular runtime; `examples/async_service.rs` is a small tokio service.
+//!
+//! ```
+//! # fn main() -> timewheel::Result<()> {
+//! # let dir = std::env::temp_dir().join(format!("timewheel-doc-async-{}", std::process::id()));
+//! use timewheel::{Config, Engine, JobSpec};
+//!
+//! let engine = Engine::open(Config::new(&dir))?;
+//! let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+//! runtime.block_on(async {
+//!     let id = engine.schedule_async(JobSpec::at(0).payload("hello")).await?;
+//!     let job = engine.next_async().await?.expect("a job due at 0 fires at once");
+//!     assert_eq!((job.id, &job.payload[..]), (id, &b"hello"[..]));
+//!     assert!(engine.complete_async(&job).await?);
+//!     Ok::<_, timewheel::Error>(())
+//! })?;
+//! # drop(engine);
+//! # std::fs::remove_dir_all(&dir).ok();
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! The same engine is available to other languages as a sidecar speaking JSON lines on
 //! stdin/stdout: `timewheel serve --dir DIR` (see [`sidecar`]).
 #![forbid(unsafe_code)]
@@ -63,6 +92,8 @@ struct ReadmeDoctests;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Config, Durability, RecoveryMode};
+#[cfg(feature = "async")]
+pub use engine::ClaimedStream;
 pub use engine::{DrainReport, Engine, Pending};
 pub use error::{Error, Result};
 pub use job::{Claimed, Due, JobId, JobInfo, JobSpec, JobState, Outcome};

@@ -237,6 +237,51 @@ fn single_schedule(root: &Path, s: &Sizes, peers: bool) {
             .close()
             .expect("close");
     }
+    // The same calls as futures: tasks on a tokio runtime with a worker thread per core,
+    // woken by group commit instead of parking a thread each.
+    for tasks in [64usize, 256] {
+        let engine = Arc::new(Engine::open(Config::new(fresh(root, "single"))).expect("open"));
+        let stop = Arc::new(AtomicBool::new(false));
+        let count = Arc::new(AtomicU64::new(0));
+        let due = now_ms() + 3_600_000;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .expect("runtime");
+        let handles: Vec<_> = (0..tasks)
+            .map(|_| {
+                let (engine, stop, count) = (engine.clone(), stop.clone(), count.clone());
+                runtime.spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        engine
+                            .schedule_async(JobSpec::at(due).payload([1u8; 16]))
+                            .await
+                            .expect("schedule");
+                        count.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        let t = Instant::now();
+        std::thread::sleep(Duration::from_secs_f64(s.single_secs));
+        stop.store(true, Ordering::Relaxed);
+        runtime.block_on(async {
+            for h in handles {
+                h.await.expect("task");
+            }
+        });
+        let rate = count.load(Ordering::Relaxed) as f64 / t.elapsed().as_secs_f64();
+        let syncs = engine.log_stats().syncs;
+        println!(
+            "| timewheel schedule_async, {tasks} tasks on 2 tokio workers | - | {rate:.0} ({:.0} schedules per sync) |",
+            count.load(Ordering::Relaxed) as f64 / syncs.max(1) as f64
+        );
+        drop(runtime);
+        Arc::into_inner(engine)
+            .expect("joined")
+            .close()
+            .expect("close");
+    }
     if !peers {
         return;
     }

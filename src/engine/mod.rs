@@ -11,6 +11,10 @@
 //! job fires or is claimed before it is on disk. Lock order and which threads may block on
 //! I/O: docs/design.md.
 
+#[cfg(feature = "async")]
+mod asynch;
+#[cfg(feature = "async")]
+pub use asynch::ClaimedStream;
 mod compactor;
 mod erased;
 mod ids;
@@ -77,6 +81,9 @@ pub(crate) struct Shared {
     /// The log could not grow: `(segment, refuse schedules until this clock reading, the next
     /// wait)`. See `Config::no_space_retry_ms`.
     no_space: Mutex<Option<(u64, u64, u64)>>,
+    /// What wakes the async API's futures.
+    #[cfg(feature = "async")]
+    wakers: asynch::Wakers,
 }
 
 /// Schedules appended to the log but not yet durable, nor visible: pass it to
@@ -178,6 +185,8 @@ impl Engine {
             store: Mutex::new(compactor::StoreState::new(manifest, resident_below)),
             compactor_wake: Condvar::new(),
             no_space: Mutex::new(None),
+            #[cfg(feature = "async")]
+            wakers: asynch::Wakers::default(),
         });
         let weak = Arc::downgrade(&shared);
         shared.clock.on_advance(Arc::new(move || {
@@ -330,6 +339,14 @@ impl Engine {
             return Ok(());
         }
         sh.wait_acknowledged(pending.lsn)?;
+        self.make_visible(&pending);
+        Ok(())
+    }
+
+    /// The second half of [`commit`](Self::commit), once the batch is acknowledged: applies
+    /// its schedules.
+    fn make_visible(&self, pending: &Pending) {
+        let sh = &*self.shared;
         // In bounded chunks, so the timer thread and other callers get the lock in between.
         const CHUNK: usize = 1024;
         let mut start = 0;
@@ -357,7 +374,6 @@ impl Engine {
             }
             start = *chunk.last().expect("chunks are not empty");
         }
-        Ok(())
     }
 
     /// Cancels a job that has not started. A job already in the ready queue is cancelled too:
@@ -525,6 +541,8 @@ impl Engine {
         let mut state = sh.lock_state();
         state.draining = true;
         state.ready_tx = None;
+        #[cfg(feature = "async")]
+        sh.wakers.wake_ready();
         sh.wake.notify_all();
         loop {
             let running = state.in_state[state_index(JobState::Running)];
@@ -556,6 +574,8 @@ impl Engine {
         sh.closed.store(true, Ordering::Release);
         self.stop_timer();
         self.stop_compactor();
+        #[cfg(feature = "async")]
+        sh.wakers.stop();
         if sh.wal.is_poisoned() {
             return Err(Error::Poisoned);
         }
@@ -587,6 +607,8 @@ impl Engine {
         self.shared.closed.store(true, Ordering::Release);
         self.stop_timer();
         self.stop_compactor();
+        #[cfg(feature = "async")]
+        self.shared.wakers.stop();
         self.shared.wal.abandon();
     }
 
@@ -834,6 +856,10 @@ impl Shared {
         if run.expired > 0 && state.draining {
             self.finished.notify_all();
         }
+        #[cfg(feature = "async")]
+        if run.queued() > 0 {
+            self.wakers.wake_ready();
+        }
         run
     }
 
@@ -843,6 +869,19 @@ impl Shared {
         items: &[(JobId, T)],
         event: impl Fn(JobId, T) -> Event<'static>,
     ) -> Result<Vec<Outcome>> {
+        let (out, lsn) = self.change_batch_nowait(items, event)?;
+        if let Some(lsn) = lsn {
+            self.wait_acknowledged(lsn)?;
+        }
+        Ok(out)
+    }
+
+    /// Changes like `change_batch`, without waiting: also returns the LSN to acknowledge.
+    fn change_batch_nowait<T: Copy>(
+        &self,
+        items: &[(JobId, T)],
+        event: impl Fn(JobId, T) -> Event<'static>,
+    ) -> Result<(Vec<Outcome>, Option<Lsn>)> {
         self.check_open()?;
         self.fault_in_ids(items.iter().map(|&(id, _)| id))?;
         let mut seen = table::IdSet::with_capacity_and_hasher(items.len(), Default::default());
@@ -875,10 +914,7 @@ impl Shared {
                 last_lsn = Some(self.append_apply(state, &plan, &marked).0?);
             }
         }
-        if let Some(lsn) = last_lsn {
-            self.wait_acknowledged(lsn)?;
-        }
-        Ok(out)
+        Ok((out, last_lsn))
     }
 
     /// Waits until none of `ids` is busy, releasing the lock meanwhile.

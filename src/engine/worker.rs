@@ -6,6 +6,7 @@
 //! `claim_next`).
 
 use std::time::{Duration, Instant};
+use timewheel_wal::Lsn;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
@@ -108,58 +109,9 @@ impl Engine {
     /// Claims many fired jobs with one log append and one sync; for each id, what
     /// [`Engine::claim`] would return.
     pub fn claim_batch(&self, ids: &[JobId]) -> Result<Vec<Option<Claimed>>> {
-        let sh = &*self.shared;
-        sh.check_open()?;
-        let mut seen = IdSet::with_capacity_and_hasher(ids.len(), Default::default());
-        let mut claimed = Vec::with_capacity(ids.len());
-        let mut last_lsn = None;
-        // A bounded number per hold of the state lock, so the timer thread gets it in between.
-        for chunk in ids.chunks(LOCK_HOLD_ITEMS_MAX) {
-            let mut plan = Plan::default();
-            let mut ready_at = Vec::with_capacity(chunk.len());
-            let mut marked = Vec::with_capacity(chunk.len());
-            let mut state = sh.settle(sh.lock_state(), chunk.iter().copied());
-            let now_ms = state.observe_time(sh.clock.now_ms());
-            let lease_until_ms = now_ms.saturating_add(sh.config.lease_ms);
-            for &id in chunk {
-                let job = match state.can_claim(id) {
-                    Some(job) if seen.insert(id) => job,
-                    _ => {
-                        ready_at.push(None);
-                        continue;
-                    }
-                };
-                if job.lease_open {
-                    plan.push(&Event::Expire {
-                        id,
-                        attempt: job.attempt,
-                    });
-                }
-                plan.push(&Event::Claim {
-                    id,
-                    attempt: job.attempt + 1,
-                    lease_until_ms,
-                });
-                ready_at.push(Some(job.at_ms));
-                marked.push(id);
-            }
-            if !plan.is_empty() {
-                let (appended, relocked) = sh.append_apply(state, &plan, &marked);
-                state = relocked;
-                last_lsn = Some(appended?);
-                if lease_until_ms < state.sleeping_until_ms {
-                    sh.wake.notify_all();
-                }
-            }
-            claimed.extend(
-                chunk
-                    .iter()
-                    .zip(&ready_at)
-                    .map(|(&id, at)| at.map(|at| state.claimed(id, at))),
-            );
-        }
-        if let Some(lsn) = last_lsn {
-            sh.wait_acknowledged(lsn)?;
+        let (claimed, lsn) = self.shared.claim_batch_nowait(ids)?;
+        if let Some(lsn) = lsn {
+            self.shared.wait_acknowledged(lsn)?;
         }
         Ok(claimed)
     }
@@ -217,8 +169,67 @@ impl Engine {
 }
 
 impl Shared {
+    /// Claims like [`Engine::claim_batch`], without waiting: also returns the LSN that must be
+    /// acknowledged (durable) before the claims may be handed out.
+    pub(crate) fn claim_batch_nowait(
+        &self,
+        ids: &[JobId],
+    ) -> Result<(Vec<Option<Claimed>>, Option<Lsn>)> {
+        let sh = self;
+        sh.check_open()?;
+        let mut seen = IdSet::with_capacity_and_hasher(ids.len(), Default::default());
+        let mut claimed = Vec::with_capacity(ids.len());
+        let mut last_lsn = None;
+        // A bounded number per hold of the state lock, so the timer thread gets it in between.
+        for chunk in ids.chunks(LOCK_HOLD_ITEMS_MAX) {
+            let mut plan = Plan::default();
+            let mut ready_at = Vec::with_capacity(chunk.len());
+            let mut marked = Vec::with_capacity(chunk.len());
+            let mut state = sh.settle(sh.lock_state(), chunk.iter().copied());
+            let now_ms = state.observe_time(sh.clock.now_ms());
+            let lease_until_ms = now_ms.saturating_add(sh.config.lease_ms);
+            for &id in chunk {
+                let job = match state.can_claim(id) {
+                    Some(job) if seen.insert(id) => job,
+                    _ => {
+                        ready_at.push(None);
+                        continue;
+                    }
+                };
+                if job.lease_open {
+                    plan.push(&Event::Expire {
+                        id,
+                        attempt: job.attempt,
+                    });
+                }
+                plan.push(&Event::Claim {
+                    id,
+                    attempt: job.attempt + 1,
+                    lease_until_ms,
+                });
+                ready_at.push(Some(job.at_ms));
+                marked.push(id);
+            }
+            if !plan.is_empty() {
+                let (appended, relocked) = sh.append_apply(state, &plan, &marked);
+                state = relocked;
+                last_lsn = Some(appended?);
+                if lease_until_ms < state.sleeping_until_ms {
+                    sh.wake.notify_all();
+                }
+            }
+            claimed.extend(
+                chunk
+                    .iter()
+                    .zip(&ready_at)
+                    .map(|(&id, at)| at.map(|at| state.claimed(id, at))),
+            );
+        }
+        Ok((claimed, last_lsn))
+    }
+
     /// A failure reason within `Config::fail_reason_bytes_max`.
-    fn check_reason(&self, reason: &str) -> Result<()> {
+    pub(super) fn check_reason(&self, reason: &str) -> Result<()> {
         let max = self.config.fail_reason_bytes_max;
         if reason.len() > max {
             return Err(Error::invalid(
@@ -234,6 +245,19 @@ impl Shared {
         claimed: &[Claimed],
         event: impl Fn(&Claimed) -> Event<'r>,
     ) -> Result<Vec<bool>> {
+        let (done, lsn) = self.finish_batch_nowait(claimed, event)?;
+        if let Some(lsn) = lsn {
+            self.wait_acknowledged(lsn)?;
+        }
+        Ok(done)
+    }
+
+    /// Finishes like `finish_batch`, without waiting: also returns the LSN to acknowledge.
+    pub(crate) fn finish_batch_nowait<'r>(
+        &self,
+        claimed: &[Claimed],
+        event: impl Fn(&Claimed) -> Event<'r>,
+    ) -> Result<(Vec<bool>, Option<Lsn>)> {
         self.check_open()?;
         // A batch may name a job twice; only the first finish counts.
         let mut seen = IdSet::with_capacity_and_hasher(claimed.len(), Default::default());
@@ -260,9 +284,6 @@ impl Shared {
                 self.finished.notify_all();
             }
         }
-        if let Some(lsn) = last_lsn {
-            self.wait_acknowledged(lsn)?;
-        }
-        Ok(done)
+        Ok((done, last_lsn))
     }
 }

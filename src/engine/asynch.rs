@@ -1,0 +1,381 @@
+//! The async API (feature `async`, or `tokio`): the durable calls as futures, woken when group
+//! commit makes their records durable, with no thread parked per waiting call; and the
+//! worker's take as a future and a [`Stream`](futures_core::Stream).
+//!
+//! The futures need no particular runtime (the tests and the example use tokio). Two things
+//! wake them:
+//! - **Durability.** A call appends its records without waiting (the same code as the blocking
+//!   call), then awaits their LSN. One thread per engine, started by the first async call,
+//!   waits for the highest LSN awaited (joining or leading group commit, as a blocking call
+//!   would) and wakes every future whose LSN is then acknowledged. Sixty-four tasks awaiting
+//!   schedules cost one thread, and their records share the syncs. A failed sync poisons the
+//!   log: every future awaiting then returns `Poisoned`, none is acknowledged.
+//! - **Fired jobs.** The timer thread wakes the tasks waiting to take a job after it queues ids.
+//!
+//! What the futures do besides waiting (check, append, apply) is what the blocking calls do, and
+//! takes the same short locks. A call naming a job kept on disk beyond the horizon reads its
+//! bucket file first, in the calling task, as the blocking call does.
+//!
+//! The crate docs carry the example.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::thread::JoinHandle;
+
+use timewheel_wal::{Durability, Lsn};
+
+use super::{Engine, Shared, lock};
+use crate::error::{Error, Result};
+use crate::job::{Claimed, JobId, JobSpec, Outcome};
+use crate::record::Event;
+
+/// What wakes the futures; one per engine.
+#[derive(Default)]
+pub(crate) struct Wakers {
+    durable: Mutex<DurableWaits>,
+    durable_changed: Condvar,
+    /// Tasks waiting for the ready queue, woken (all) when ids are queued or the stream ends.
+    ready: Mutex<Vec<Waker>>,
+    ready_waiting: AtomicBool,
+}
+
+#[derive(Default)]
+struct DurableWaits {
+    /// `(LSN, waker)` of every future waiting for its LSN to be acknowledged.
+    pending: Vec<(Lsn, Waker)>,
+    thread: Option<JoinHandle<()>>,
+    stop: bool,
+}
+
+impl Wakers {
+    /// Wakes the tasks waiting to take a fired job.
+    pub(crate) fn wake_ready(&self) {
+        if self.ready_waiting.swap(false, Ordering::AcqRel) {
+            for waker in lock(&self.ready).drain(..) {
+                waker.wake();
+            }
+        }
+    }
+
+    /// Stops the durability thread (at shutdown); the futures still waiting see the engine
+    /// closed.
+    pub(crate) fn stop(&self) {
+        let thread = {
+            let mut waits = lock(&self.durable);
+            waits.stop = true;
+            waits.thread.take()
+        };
+        self.durable_changed.notify_all();
+        if let Some(thread) = thread
+            && let Err(panic) = thread.join()
+        {
+            std::panic::resume_unwind(panic);
+        }
+        self.wake_ready();
+        for (_, waker) in lock(&self.durable).pending.drain(..) {
+            waker.wake();
+        }
+    }
+}
+
+impl Shared {
+    fn is_acknowledged(&self, lsn: Lsn) -> bool {
+        self.config.durability != Durability::Sync || self.wal.durable_lsn() >= lsn
+    }
+}
+
+/// The durability thread: waits for the highest LSN any future awaits, then wakes every future
+/// whose LSN is acknowledged (all of them, after a failure: they find the log poisoned).
+fn run(shared: Arc<Shared>) {
+    let wakers = &shared.wakers;
+    let mut waits = lock(&wakers.durable);
+    loop {
+        if waits.stop {
+            return;
+        }
+        let Some(target) = waits.pending.iter().map(|&(lsn, _)| lsn).max() else {
+            waits = wakers
+                .durable_changed
+                .wait(waits)
+                .expect("an engine lock poisoned by a panic");
+            continue;
+        };
+        drop(waits);
+        let failed = shared.wait_acknowledged(target).is_err();
+        waits = lock(&wakers.durable);
+        waits.pending.retain(|(lsn, waker)| {
+            let done = failed || *lsn <= target;
+            if done {
+                waker.wake_by_ref();
+            }
+            !done
+        });
+        if failed {
+            // Poisoned: nothing is acknowledged from now on, and every future says so.
+            return;
+        }
+    }
+}
+
+/// Resolves once `lsn` is acknowledged as the durability mode says; `Poisoned` (or `Closed`)
+/// when it never will be.
+struct Acknowledged<'a> {
+    shared: &'a Arc<Shared>,
+    lsn: Lsn,
+}
+
+impl Future for Acknowledged<'_> {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let sh = self.shared;
+        let check = || {
+            if sh.wal.is_poisoned() {
+                Some(Err(Error::Poisoned))
+            } else if sh.is_acknowledged(self.lsn) {
+                Some(Ok(()))
+            } else if sh.closed.load(Ordering::Acquire) {
+                Some(Err(Error::Closed))
+            } else {
+                None
+            }
+        };
+        if let Some(done) = check() {
+            return Poll::Ready(done);
+        }
+        {
+            let mut waits = lock(&sh.wakers.durable);
+            if waits.stop {
+                return Poll::Ready(Err(Error::Closed));
+            }
+            if waits.thread.is_none() {
+                let shared = Arc::clone(sh);
+                let thread = std::thread::Builder::new()
+                    .name("timewheel-async-durable".into())
+                    .spawn(move || run(shared))
+                    .map_err(Error::Io)?;
+                waits.thread = Some(thread);
+            }
+            waits.pending.push((self.lsn, cx.waker().clone()));
+        }
+        sh.wakers.durable_changed.notify_one();
+        // The thread may have acknowledged it between the check and the registration.
+        match check() {
+            Some(done) => Poll::Ready(done),
+            None => Poll::Pending,
+        }
+    }
+}
+
+/// Resolves to up to `max` ids taken off the ready queue; empty once the stream ended.
+struct TakeIds<'a> {
+    shared: &'a Shared,
+    max: usize,
+}
+
+impl Future for TakeIds<'_> {
+    type Output = Vec<JobId>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<JobId>> {
+        let sh = self.shared;
+        let take = || {
+            if sh.closed.load(Ordering::Acquire) {
+                return Some(Vec::new());
+            }
+            let mut ids = Vec::new();
+            while ids.len() < self.max {
+                match sh.ready_rx.try_recv() {
+                    Ok(id) => ids.push(id),
+                    Err(crossbeam_channel::TryRecvError::Empty) => break,
+                    // A drain ended the stream.
+                    Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                        return Some(ids);
+                    }
+                }
+            }
+            (!ids.is_empty()).then_some(ids)
+        };
+        if let Some(ids) = take() {
+            return Poll::Ready(ids);
+        }
+        lock(&sh.wakers.ready).push(cx.waker().clone());
+        sh.wakers.ready_waiting.store(true, Ordering::Release);
+        // An id may have been queued between the look and the registration.
+        match take() {
+            Some(ids) => Poll::Ready(ids),
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl Engine {
+    fn acknowledged(&self, lsn: Option<Lsn>) -> Acknowledged<'_> {
+        Acknowledged {
+            shared: &self.shared,
+            // Nothing was appended: nothing to wait for (LSN 0 is always acknowledged).
+            lsn: lsn.unwrap_or(0),
+        }
+    }
+
+    /// [`schedule`](Engine::schedule), as a future: resolves once the job is durable (and
+    /// visible).
+    pub async fn schedule_async(&self, spec: JobSpec) -> Result<JobId> {
+        Ok(self.schedule_batch_async(std::iter::once(spec)).await?[0])
+    }
+
+    /// [`schedule_batch`](Engine::schedule_batch), as a future.
+    pub async fn schedule_batch_async(
+        &self,
+        specs: impl IntoIterator<Item = JobSpec>,
+    ) -> Result<Vec<JobId>> {
+        let (ids, pending) = self.schedule_batch_nowait(specs)?;
+        if !pending.ends.is_empty() {
+            self.acknowledged(Some(pending.lsn)).await?;
+            self.make_visible(&pending);
+        }
+        Ok(ids)
+    }
+
+    /// [`cancel`](Engine::cancel), as a future.
+    pub async fn cancel_async(&self, id: JobId) -> Result<Outcome> {
+        Ok(self.cancel_batch_async(&[id]).await?[0])
+    }
+
+    /// [`cancel_batch`](Engine::cancel_batch), as a future.
+    pub async fn cancel_batch_async(&self, ids: &[JobId]) -> Result<Vec<Outcome>> {
+        let items: Vec<(JobId, ())> = ids.iter().map(|&id| (id, ())).collect();
+        let (out, lsn) = self
+            .shared
+            .change_batch_nowait(&items, |id, ()| Event::Cancel { id })?;
+        self.acknowledged(lsn).await?;
+        Ok(out)
+    }
+
+    /// [`reschedule`](Engine::reschedule), as a future.
+    pub async fn reschedule_async(&self, id: JobId, due_ms: u64) -> Result<Outcome> {
+        let sh = &*self.shared;
+        sh.check_open()?;
+        sh.validate_due(due_ms, sh.clock.now_ms())?;
+        let (out, lsn) = sh.change_batch_nowait(&[(id, due_ms)], |id, due_ms| {
+            Event::Reschedule { id, due_ms }
+        })?;
+        self.acknowledged(lsn).await?;
+        if out[0].is_done() {
+            let state = sh.lock_state();
+            if due_ms < state.sleeping_until_ms {
+                sh.wake.notify_all();
+            }
+        }
+        Ok(out[0])
+    }
+
+    /// [`complete`](Engine::complete), as a future.
+    pub async fn complete_async(&self, claimed: &Claimed) -> Result<bool> {
+        let (done, lsn) = self
+            .shared
+            .finish_batch_nowait(std::slice::from_ref(claimed), |c| Event::Complete {
+                id: c.id,
+                attempt: c.attempt,
+            })?;
+        self.acknowledged(lsn).await?;
+        Ok(done[0])
+    }
+
+    /// [`fail`](Engine::fail), as a future.
+    pub async fn fail_async(&self, claimed: &Claimed, reason: &str) -> Result<bool> {
+        self.shared.check_reason(reason)?;
+        let (done, lsn) = self
+            .shared
+            .finish_batch_nowait(std::slice::from_ref(claimed), |c| Event::Fail {
+                id: c.id,
+                attempt: c.attempt,
+                reason,
+            })?;
+        self.acknowledged(lsn).await?;
+        Ok(done[0])
+    }
+
+    /// [`next`](Engine::next), as a future with no timeout (wrap it in your runtime's timeout):
+    /// the next fired job, claimed and durable. `None` once a drain or shutdown ended the
+    /// ready stream.
+    pub async fn next_async(&self) -> Result<Option<Claimed>> {
+        Ok(self.claim_next_async(1).await?.pop())
+    }
+
+    /// [`claim_next`](Engine::claim_next), as a future with no timeout: up to `max` fired jobs
+    /// claimed with one append and one sync. Empty once the ready stream ended.
+    pub async fn claim_next_async(&self, max: usize) -> Result<Vec<Claimed>> {
+        loop {
+            let ids = TakeIds {
+                shared: &self.shared,
+                max: max.max(1),
+            }
+            .await;
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let (claimed, lsn) = self.shared.claim_batch_nowait(&ids)?;
+            self.acknowledged(lsn).await?;
+            let claimed: Vec<Claimed> = claimed.into_iter().flatten().collect();
+            if !claimed.is_empty() {
+                return Ok(claimed);
+            }
+            // Every id was stale (cancelled, rescheduled, claimed by another worker).
+        }
+    }
+
+    /// The fired jobs as a [`Stream`](futures_core::Stream) of claimed jobs, taken up to
+    /// `batch` at a time (one append and one sync per batch); it ends once a drain or shutdown
+    /// ended the ready stream.
+    pub fn claimed_stream(&self, batch: usize) -> ClaimedStream<'_> {
+        ClaimedStream {
+            engine: self,
+            batch: batch.max(1),
+            buffer: VecDeque::new(),
+            taking: None,
+        }
+    }
+}
+
+type Taking<'a> = Pin<Box<dyn Future<Output = Result<Vec<Claimed>>> + Send + 'a>>;
+
+/// See [`Engine::claimed_stream`].
+#[must_use = "a stream does nothing unless polled"]
+pub struct ClaimedStream<'a> {
+    engine: &'a Engine,
+    batch: usize,
+    buffer: VecDeque<Claimed>,
+    taking: Option<Taking<'a>>,
+}
+
+impl futures_core::Stream for ClaimedStream<'_> {
+    type Item = Result<Claimed>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Claimed>>> {
+        if let Some(job) = self.buffer.pop_front() {
+            return Poll::Ready(Some(Ok(job)));
+        }
+        let (engine, batch) = (self.engine, self.batch);
+        let taking = self
+            .taking
+            .get_or_insert_with(|| Box::pin(engine.claim_next_async(batch)));
+        match taking.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(result) => {
+                self.taking = None;
+                match result {
+                    Err(e) => Poll::Ready(Some(Err(e))),
+                    Ok(jobs) if jobs.is_empty() => Poll::Ready(None),
+                    Ok(jobs) => {
+                        self.buffer.extend(jobs);
+                        Poll::Ready(self.buffer.pop_front().map(Ok))
+                    }
+                }
+            }
+        }
+    }
+}
