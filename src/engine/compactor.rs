@@ -58,6 +58,7 @@ impl Shared {
     /// Runs one compaction pass if a sealed journal segment holds records the buckets do not
     /// cover yet; `Ok(None)` if none does.
     pub(super) fn compact_once(&self) -> Result<Option<CompactionReport>> {
+        let _span = tracing::debug_span!("timewheel_compaction").entered();
         let mut store = lock(&self.store);
         if let Some(why) = &store.stopped {
             return Err(Error::Io(std::io::Error::other(format!(
@@ -125,7 +126,14 @@ impl Shared {
                 t.bytes_written += report.bytes_written;
                 t.buckets_dropped += report.buckets_dropped;
                 t.last_compaction = report.elapsed;
-                tracing::debug!(?report, "compacted");
+                tracing::debug!(
+                    records = report.records,
+                    segments_deleted = report.segments_deleted,
+                    bytes_written = report.bytes_written,
+                    buckets_dropped = report.buckets_dropped,
+                    elapsed_ms = report.elapsed.as_millis() as u64,
+                    "compacted"
+                );
                 // Room again, most likely: the ballast back for the next time the disk fills.
                 if let Err(e) =
                     crate::store::ensure_ballast(self.wal.storage(), self.config.disk_ballast_bytes)
@@ -227,6 +235,7 @@ impl Shared {
                 }
             }
             store.totals.loaded += loaded;
+            tracing::debug!(bucket, loaded, "loaded a bucket the horizon reached");
         }
         store.resident_below = target;
         Ok(())

@@ -142,6 +142,8 @@ impl Engine {
     }
 
     fn open_erased(storage: ErasedStorage, config: Config, clock: Arc<dyn Clock>) -> Result<Self> {
+        let span = tracing::info_span!("timewheel_open", dir = %config.dir.display());
+        let _entered = span.enter();
         config.validate()?;
         let open_started_ms = clock.now_ms();
         let options = WalOptions {

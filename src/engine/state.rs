@@ -610,6 +610,7 @@ impl State {
             job.timer = Some(key);
             match job.state {
                 JobState::Running => {
+                    tracing::debug!(%id, attempt = job.attempt, "lease ran out; the job is ready again");
                     job.state = JobState::Ready;
                     job.at_ms = now_ms;
                     self.count(Some(JobState::Running), Some(JobState::Ready));
@@ -618,6 +619,7 @@ impl State {
                     self.send(id);
                 }
                 JobState::Ready => {
+                    tracing::debug!(%id, "ready job not claimed within the lease; queued again");
                     run.requeued += 1;
                     self.counters.requeued += 1;
                     // The channel holding at least as many ids as there are ready jobs most
