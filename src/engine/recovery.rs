@@ -179,6 +179,16 @@ pub(super) fn replay<S: Storage>(
         bucket_jobs: restored,
         covered_lsn: manifest.covered_lsn,
     };
+    tracing::info!(
+        records = recovery.records,
+        segments = recovery.segments,
+        bytes = recovery.bytes,
+        jobs = recovery.jobs,
+        buckets = recovery.buckets,
+        bucket_jobs = recovery.bucket_jobs,
+        elapsed_ms = recovery.elapsed.as_millis() as u64,
+        "recovered"
+    );
     if recovery.missed > 0 || recovery.interrupted > 0 {
         tracing::info!(
             missed = recovery.missed,
