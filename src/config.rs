@@ -40,6 +40,8 @@ pub struct Config {
     pub due_ahead_ms_max: u64,
     /// Largest number of jobs in one `schedule_batch` call.
     pub batch_jobs_max: usize,
+    /// Jobs one page of [`Engine::jobs`](crate::Engine::jobs) returns at most.
+    pub page_jobs_max: usize,
     /// How long a claim holds a job before it is delivered again with attempt + 1.
     pub lease_ms: u64,
     /// Largest number of jobs the timer thread moves to the ready queue before it lets
@@ -115,6 +117,7 @@ impl Config {
             fail_reason_bytes_max: 4 << 10,
             due_ahead_ms_max: 100 * 366 * 24 * HOUR_MS,
             batch_jobs_max: 1 << 20,
+            page_jobs_max: 10_000,
             lease_ms: 30_000,
             fires_per_advance_max: 4096,
             id_block: 1 << 16,
@@ -163,7 +166,7 @@ impl Config {
         if self.due_ahead_ms_max > 100 * 366 * 24 * HOUR_MS {
             return bad("due_ahead_ms_max", "at most 100 years");
         }
-        if self.fires_per_advance_max == 0 || self.batch_jobs_max == 0 {
+        if self.fires_per_advance_max == 0 || self.batch_jobs_max == 0 || self.page_jobs_max == 0 {
             return bad("fires_per_advance_max", "limits must be positive");
         }
         Ok(())
@@ -205,6 +208,12 @@ impl Config {
     /// Sets [`Config::due_ahead_ms_max`](Config#structfield.due_ahead_ms_max).
     pub fn due_ahead_ms_max(mut self, due_ahead_ms_max: u64) -> Self {
         self.due_ahead_ms_max = due_ahead_ms_max;
+        self
+    }
+
+    /// Sets [`Config::page_jobs_max`](Config#structfield.page_jobs_max).
+    pub fn page_jobs_max(mut self, page_jobs_max: usize) -> Self {
+        self.page_jobs_max = page_jobs_max;
         self
     }
 

@@ -178,3 +178,93 @@ impl Outcome {
         self == Outcome::Done
     }
 }
+
+/// Which jobs [`Engine::jobs`](crate::Engine::jobs) lists: a state (or all), a due range, and
+/// where the previous page ended. Pages come in `(due_ms, id)` order.
+///
+/// ```
+/// # fn main() -> timewheel::Result<()> {
+/// # let dir = std::env::temp_dir().join(format!("timewheel-doc-jobs-{}", std::process::id()));
+/// use timewheel::{Config, Engine, JobQuery, JobSpec, JobState};
+///
+/// let engine = Engine::open(Config::new(&dir))?;
+/// let now = timewheel::Clock::now_ms(&timewheel::SystemClock);
+/// engine.schedule_batch((0..250).map(|i| JobSpec::at(now + 60_000 + i)))?;
+/// // What is scheduled for the next hour, 100 at a time.
+/// let mut query = Some(
+///     JobQuery::due_between(now, now + 3_600_000)
+///         .state(JobState::Scheduled)
+///         .limit(100),
+/// );
+/// let mut seen = 0;
+/// while let Some(q) = query {
+///     let page = engine.jobs(&q)?;
+///     assert!(page.jobs.is_sorted_by_key(|j| (j.due_ms, j.id)));
+///     seen += page.jobs.len();
+///     query = page.next;
+/// }
+/// assert_eq!(seen, 250);
+/// # drop(engine);
+/// # std::fs::remove_dir_all(&dir).ok();
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobQuery {
+    /// Only jobs in this state; `None`: every state.
+    pub state: Option<JobState>,
+    /// Jobs due at or after this.
+    pub due_from_ms: u64,
+    /// Jobs due before this.
+    pub due_to_ms: u64,
+    /// Only jobs after this `(due_ms, id)`: where the previous page ended.
+    pub after: Option<(u64, JobId)>,
+    /// Jobs per page, at most `Config::page_jobs_max`.
+    pub limit: usize,
+}
+
+impl JobQuery {
+    /// Every live job, 1 000 a page.
+    pub fn all() -> Self {
+        Self::due_between(0, u64::MAX)
+    }
+
+    /// Jobs due in `from_ms .. to_ms`, in every state, 1 000 a page.
+    pub fn due_between(from_ms: u64, to_ms: u64) -> Self {
+        JobQuery {
+            state: None,
+            due_from_ms: from_ms,
+            due_to_ms: to_ms,
+            after: None,
+            limit: 1_000,
+        }
+    }
+
+    /// Only jobs in `state`.
+    pub fn state(mut self, state: JobState) -> Self {
+        self.state = Some(state);
+        self
+    }
+
+    /// At most `limit` jobs per page.
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    pub(crate) fn admits(&self, id: JobId, state: JobState, due_ms: u64) -> bool {
+        self.state.is_none_or(|s| s == state)
+            && (self.due_from_ms..self.due_to_ms).contains(&due_ms)
+            && self.after.is_none_or(|after| (due_ms, id) > after)
+    }
+}
+
+/// One page of [`Engine::jobs`](crate::Engine::jobs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JobPage {
+    /// The jobs, in `(due_ms, id)` order.
+    pub jobs: Vec<JobInfo>,
+    /// The query for the next page; `None` when this one is the last.
+    pub next: Option<JobQuery>,
+}

@@ -96,5 +96,5 @@ pub use config::{Config, Durability, RecoveryMode};
 pub use engine::ClaimedStream;
 pub use engine::{DrainReport, Engine, Pending};
 pub use error::{Error, Result};
-pub use job::{Claimed, Due, JobId, JobInfo, JobSpec, JobState, Outcome};
+pub use job::{Claimed, Due, JobId, JobInfo, JobPage, JobQuery, JobSpec, JobState, Outcome};
 pub use stats::{CompactionReport, LogStats, RecoveryStats, Stats, StoreStats};

@@ -13,7 +13,7 @@
 use crossbeam_channel::Sender;
 
 use super::table::{Counters, IdSet, Job, JobMap, Payload};
-use crate::job::{Claimed, JobId, JobInfo, JobState};
+use crate::job::{Claimed, JobId, JobInfo, JobQuery, JobState};
 use crate::record::{Event, FLAG_BINARY_PAYLOAD};
 use crate::store::bucket::StoredJob;
 use crate::wheel::TimingWheel;
@@ -650,6 +650,32 @@ impl State {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// The first `query.limit` jobs the query admits, in `(due_ms, id)` order, and whether
+    /// more follow. One pass over the table, keeping the smallest in a bounded heap.
+    pub fn page(&self, query: &JobQuery) -> (Vec<JobInfo>, bool) {
+        let mut heap = std::collections::BinaryHeap::with_capacity(query.limit + 1);
+        for (&id, job) in &self.jobs {
+            if !query.admits(id, job.state, job.due_ms) {
+                continue;
+            }
+            let key = (job.due_ms, id);
+            if heap.len() <= query.limit {
+                heap.push(key);
+            } else if heap.peek().is_some_and(|&top| key < top) {
+                heap.pop();
+                heap.push(key);
+            }
+        }
+        let more = heap.len() > query.limit;
+        let mut keys = heap.into_sorted_vec();
+        keys.truncate(query.limit);
+        let jobs = keys
+            .into_iter()
+            .map(|(_, id)| self.info(id).expect("a job of this table"))
+            .collect();
+        (jobs, more)
     }
 
     pub fn info(&self, id: JobId) -> Option<JobInfo> {
