@@ -98,6 +98,35 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<Inspection> {
     Ok(found)
 }
 
+/// Calls `each` with every live job of `dir` that `query` admits, in `(due_ms, id)` order,
+/// paging with [`Engine::jobs`] over the directory read in place (as [`inspect`] does: every
+/// bucket loaded, so far-future jobs are listed too). Returns how many it listed.
+pub fn jobs(
+    dir: impl AsRef<Path>,
+    query: &crate::JobQuery,
+    mut each: impl FnMut(&crate::JobInfo),
+) -> Result<u64> {
+    let config = Config::new(dir.as_ref())
+        .verify_buckets_at_open(true)
+        .horizon_ms(100 * 366 * 24 * crate::config::HOUR_MS);
+    let engine = Engine::open_read_only(config)?;
+    let mut listed = 0;
+    let mut next = Some(query.clone());
+    let result = (|| {
+        while let Some(q) = next.take() {
+            let page = engine.jobs(&q)?;
+            for job in &page.jobs {
+                each(job);
+                listed += 1;
+            }
+            next = page.next;
+        }
+        Ok(listed)
+    })();
+    engine.abandon_read_only();
+    result
+}
+
 /// Which records [`dump`] writes.
 #[derive(Debug, Clone, Copy, Default)]
 #[non_exhaustive]

@@ -42,6 +42,8 @@ enum Command {
     Inspect(check::CheckArgs),
     /// The log's records as JSON lines (read in place, never written).
     Dump(check::DumpArgs),
+    /// The live jobs as JSON lines in due order, by state and due range (read in place).
+    Jobs(cli::jobs::JobsArgs),
     /// The demo's crash part, in a process of its own that the demo kills (-9).
     #[command(hide = true)]
     DemoCrashChild(demo::CrashChildArgs),
@@ -88,6 +90,10 @@ fn main() -> ExitCode {
         Some(Command::Dump(args)) => {
             init_logging("error");
             check::dump(&args)
+        }
+        Some(Command::Jobs(args)) => {
+            init_logging("error");
+            cli::jobs::run(&args)
         }
         Some(Command::Inspect(args)) => {
             init_logging("error");
