@@ -49,6 +49,9 @@
 //!   [`Error::Io`], never a `SIGBUS`.
 //!
 //! The engine shares a `Wal` through `Arc`; [`Wal::shutdown`] closes a shared log.
+//!
+//! An operator's repair (`timewheel repair`) cuts the log at a record boundary through
+//! [`repair::plan_cut`] and [`repair::cut`], never by itself.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(unsafe_code)] // the one exception is `storage::mmap`, which opens with its ground rules
 #![warn(missing_docs)]
@@ -60,6 +63,7 @@ mod log;
 pub mod options;
 mod reader;
 pub mod recovery;
+pub mod repair;
 mod segment;
 pub mod storage;
 mod sync;

@@ -55,7 +55,7 @@ use crate::segment::{
 use crate::storage::{Storage, StorageFile};
 
 /// Bytes read per call while scanning.
-const SCAN_CHUNK_BYTES: usize = 4 << 20;
+pub(crate) const SCAN_CHUNK_BYTES: usize = 4 << 20;
 /// Bytes read per call by the zero checks: small enough to stay in the CPU's cache between the
 /// copy out of the page cache and the check.
 const ZERO_CHECK_CHUNK_BYTES: usize = 256 << 10;
@@ -133,39 +133,60 @@ pub struct RecoveryReport {
     pub elapsed: Duration,
 }
 
+impl RecoveryReport {
+    /// Nothing found yet.
+    pub(crate) fn empty() -> Self {
+        RecoveryReport {
+            segments: 0,
+            records: 0,
+            skipped_records: 0,
+            first_lsn: 1,
+            last_lsn: 0,
+            bytes: 0,
+            torn_tail: None,
+            removed_files: Vec::new(),
+            repaired_groups: Vec::new(),
+            damaged_mirrors: 0,
+            segments_copied: 0,
+            segments_verified: 0,
+            elapsed: Duration::ZERO,
+        }
+    }
+}
+
 /// The segments in id order (the last is appended to), the next segment's file if one made
 /// ahead of need was kept (all zero, by id), and the report.
 pub(crate) type Recovered<F> = (Vec<Segment<F>>, Option<(u64, F)>, RecoveryReport);
 
 /// One commit block as recovery found it.
 #[derive(Debug, Clone, Copy)]
-struct Block {
-    start: u64,
-    group_bytes: u64,
+pub(crate) struct Block {
+    pub(crate) start: u64,
+    pub(crate) group_bytes: u64,
     /// LSN of its last record.
-    last_lsn: Lsn,
+    pub(crate) last_lsn: Lsn,
     /// Where a valid mirror of the group is, when the group itself is damaged.
-    repair_from: Option<u64>,
+    pub(crate) repair_from: Option<u64>,
     /// The block's mirror is missing or damaged (the copy writes a new one).
-    mirror_bad: bool,
+    pub(crate) mirror_bad: bool,
 }
 
 /// The outcome of scanning one segment.
-struct Scan {
+pub(crate) struct Scan {
     /// The blocks with records, in order (the last may be a torn tail's surviving part).
-    blocks: Vec<Block>,
+    pub(crate) blocks: Vec<Block>,
     /// Where the next block starts (a clean close's marker, or after the last block).
-    end: u64,
+    pub(crate) end: u64,
     /// LSN of the last valid record (`first_lsn - 1` if none).
-    last_lsn: Lsn,
+    pub(crate) last_lsn: Lsn,
     /// A clean close's marker ended the segment (at `end`) with only zeros after it.
-    closed: bool,
+    pub(crate) closed: bool,
     /// Only zeros follow `end` (or `end` is the end of the file).
-    zeros_after: bool,
+    pub(crate) zeros_after: bool,
     /// The highest LSN that a valid record of the segment vouches for (0: none).
-    vouched: Lsn,
+    pub(crate) vouched: Lsn,
     /// The first damage that could not be repaired, as (offset, reason).
-    damage: Option<(u64, CorruptionReason)>,
+    pub(crate) damage: Option<(u64, CorruptionReason)>,
 }
 
 fn corrupted(segment: u64, offset: u64, reason: CorruptionReason) -> Error {
@@ -183,21 +204,7 @@ pub(crate) fn recover<S: Storage>(
     opts: &WalOptions,
 ) -> Result<Recovered<S::File>, Error> {
     let started = Instant::now();
-    let mut report = RecoveryReport {
-        segments: 0,
-        records: 0,
-        skipped_records: 0,
-        first_lsn: 1,
-        last_lsn: 0,
-        bytes: 0,
-        torn_tail: None,
-        removed_files: Vec::new(),
-        repaired_groups: Vec::new(),
-        damaged_mirrors: 0,
-        segments_copied: 0,
-        segments_verified: 0,
-        elapsed: Duration::ZERO,
-    };
+    let mut report = RecoveryReport::empty();
     let names = storage.list()?;
     for name in names
         .iter()
@@ -493,7 +500,7 @@ fn remove_never_started<S: Storage>(
 /// of milliseconds, so a storage that prepares segments in the background (real files) does
 /// it on a short-lived thread instead of on the open path. The fault storage, which must stay
 /// deterministic, closes them here.
-fn release<S: Storage>(storage: &S, retired: Vec<S::File>) {
+pub(crate) fn release<S: Storage>(storage: &S, retired: Vec<S::File>) {
     if retired.is_empty() || !storage.prepare_in_background() {
         return;
     }
@@ -507,7 +514,7 @@ fn release<S: Storage>(storage: &S, retired: Vec<S::File>) {
 }
 
 /// Reads and checks a segment header. The outer `Result` is I/O, the inner one the verdict.
-fn read_header<F: StorageFile>(
+pub(crate) fn read_header<F: StorageFile>(
     file: &F,
     id: u64,
     expected_first: Option<Lsn>,
@@ -547,7 +554,7 @@ fn read_header<F: StorageFile>(
 }
 
 /// What lies at an offset where a record may start.
-enum Found {
+pub(crate) enum Found {
     /// A crc-valid record (any type) with this header.
     Valid(RecordHeader),
     /// An all-zero header.
@@ -556,7 +563,7 @@ enum Found {
     Bad(CorruptionReason),
 }
 
-fn record_at<F: StorageFile>(
+pub(crate) fn record_at<F: StorageFile>(
     file: &F,
     window: &mut Window,
     salt: u64,
@@ -668,9 +675,29 @@ fn mirror_at<F: StorageFile>(
 
 /// Scans the blocks of one segment until its end, a clean close's marker, or the first
 /// damage that its mirror can not repair.
-fn scan_segment<F: StorageFile>(
+pub(crate) fn scan_segment<F: StorageFile>(
     file: &F,
     header: &SegmentHeader,
+    window: &mut Window,
+    report: &mut RecoveryReport,
+    opts: &WalOptions,
+) -> Result<Scan, Error> {
+    scan_blocks(
+        file,
+        header,
+        (FIRST_BLOCK_OFFSET, header.first_lsn),
+        window,
+        report,
+        opts,
+    )
+}
+
+/// Like [`scan_segment`], from the block at `from` (page aligned), whose first record must
+/// have LSN `first_lsn`: an operator's repair reads on past damage this way.
+pub(crate) fn scan_blocks<F: StorageFile>(
+    file: &F,
+    header: &SegmentHeader,
+    (from, first_lsn): (u64, Lsn),
     window: &mut Window,
     report: &mut RecoveryReport,
     opts: &WalOptions,
@@ -680,15 +707,15 @@ fn scan_segment<F: StorageFile>(
     let id = header.segment_id;
     let mut scan = Scan {
         blocks: Vec::new(),
-        end: FIRST_BLOCK_OFFSET,
-        last_lsn: header.first_lsn - 1,
+        end: from,
+        last_lsn: first_lsn - 1,
         closed: false,
         zeros_after: false,
         vouched: 0,
         damage: None,
     };
-    let mut b = FIRST_BLOCK_OFFSET;
-    let mut lsn = header.first_lsn;
+    let mut b = from;
+    let mut lsn = first_lsn;
     while b < len {
         scan.end = b;
         // The group's records.
@@ -908,7 +935,7 @@ fn find_mirror<F: StorageFile>(
 /// `spare` (the all-zero file made ahead for segment `id + 1`, renamed to the copy's name
 /// first) or else a new one. Returns the new file; the replaced one goes to `retired`, and
 /// `scan.end` becomes the next block.
-fn copy_segment<S: Storage>(
+pub(crate) fn copy_segment<S: Storage>(
     storage: &S,
     old: S::File,
     (id, salt): (u64, u64),
@@ -1004,7 +1031,11 @@ fn copy_segment<S: Storage>(
 /// of a segment (the unused part of the last one, a file made ahead), so it reads in chunks
 /// that stay in the CPU's cache, and, when `window.parallel` allows, checks the second half on
 /// a second thread.
-fn rest_is_zero<F: StorageFile>(file: &F, window: &mut Window, off: u64) -> io::Result<bool> {
+pub(crate) fn rest_is_zero<F: StorageFile>(
+    file: &F,
+    window: &mut Window,
+    off: u64,
+) -> io::Result<bool> {
     let len = file.len_bytes();
     if off >= len {
         return Ok(true);
