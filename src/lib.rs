@@ -76,6 +76,7 @@ pub mod metrics;
 pub mod record;
 #[cfg(not(feature = "testing"))]
 mod record;
+pub mod repair;
 #[cfg(feature = "sidecar")]
 pub mod sidecar;
 pub mod stats;

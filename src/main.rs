@@ -1,6 +1,7 @@
 //! The `timewheel` binary: the demo (also what runs with no subcommand), the JSON-lines
-//! sidecar (`timewheel serve --dir DIR`), and the operator's checks (`timewheel verify DIR`,
-//! `timewheel inspect DIR`).
+//! sidecar (`timewheel serve --dir DIR`), the operator's checks (`timewheel verify DIR`,
+//! `timewheel inspect DIR`, `timewheel dump DIR`), and the operator's last resort
+//! (`timewheel repair DIR --truncate-at SEGMENT:OFFSET`).
 //!
 //! Logs go to stderr only, filtered by `RUST_LOG`: in `serve`, stdout is the protocol.
 
@@ -16,6 +17,7 @@ use timewheel::{Config, Engine};
 
 use cli::check;
 use cli::demo::{self, DemoArgs};
+use cli::repair;
 
 /// An embedded, durable timer and job engine.
 #[derive(Parser, Debug)]
@@ -44,6 +46,15 @@ enum Command {
     Dump(check::DumpArgs),
     /// The live jobs as JSON lines in due order, by state and due range (read in place).
     Jobs(cli::jobs::JobsArgs),
+    /// Cut the journal at a record boundary, giving up every record from there on, so that an
+    /// engine opens a directory whose acknowledged data is damaged. Runs verify first, holds
+    /// the directory's lock, and refuses a cut that is not at a record boundary, lies past the
+    /// damage or the end of the log, or would remove records the hour-bucket files already
+    /// hold. Without --yes it only prints what it would cut; with it, it first copies every
+    /// file it changes or removes into a backup directory, synced. Exit 0 repaired (or nothing
+    /// to cut, or a dry run), 1 refused (or damage left after the cut), 2 could not run (in use
+    /// by a running engine, missing, I/O error).
+    Repair(repair::RepairArgs),
     /// The demo's crash part, in a process of its own that the demo kills (-9).
     #[command(hide = true)]
     DemoCrashChild(demo::CrashChildArgs),
@@ -98,6 +109,10 @@ fn main() -> ExitCode {
         Some(Command::Inspect(args)) => {
             init_logging("error");
             check::run(&args, check::Mode::Inspect)
+        }
+        Some(Command::Repair(args)) => {
+            init_logging("error");
+            repair::run(&args)
         }
         Some(Command::DemoCrashChild(args)) => match demo::crash_child(&args) {
             Ok(()) => ExitCode::SUCCESS,

@@ -217,7 +217,7 @@ fn refused(args: &CheckArgs, e: &Error, code: u8) {
 }
 
 /// A due time as an RFC 3339 UTC date, with the milliseconds.
-fn utc(ms: u64) -> String {
+pub fn utc(ms: u64) -> String {
     i64::try_from(ms)
         .ok()
         .and_then(chrono::DateTime::from_timestamp_millis)
@@ -276,7 +276,7 @@ pub fn dump(args: &DumpArgs) -> ExitCode {
 }
 
 /// What went wrong, for an operator.
-fn why(e: &Error) -> String {
+pub fn why(e: &Error) -> String {
     match e {
         Error::Locked => "in use by a running engine (it holds the directory's lock); \
                           check it once that engine is stopped"

@@ -4,3 +4,4 @@ pub mod check;
 pub mod demo;
 pub mod jobs;
 pub mod prometheus;
+pub mod repair;
