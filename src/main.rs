@@ -46,8 +46,10 @@ enum Command {
     Dump(check::DumpArgs),
     /// The live jobs as JSON lines in due order, by state and due range (read in place).
     Jobs(cli::jobs::JobsArgs),
-    /// Cut the journal at a record boundary, giving up every record from there on, so that an
-    /// engine opens a directory whose acknowledged data is damaged. Runs verify first, holds
+    /// Cut the journal at a record boundary, with a backup of what is cut (after a verify).
+    ///
+    /// Gives up every record from SEGMENT:OFFSET on, so that an engine opens a directory
+    /// whose acknowledged data is damaged. Runs verify first, holds
     /// the directory's lock, and refuses a cut that is not at a record boundary, lies past the
     /// damage or the end of the log, or would remove records the hour-bucket files already
     /// hold. Without --yes it only prints what it would cut; with it, it first copies every
