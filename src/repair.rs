@@ -181,6 +181,10 @@ pub enum RepairError {
     /// The path is not a directory.
     #[error("{} is not a directory", .0.display())]
     NotADirectory(PathBuf),
+    /// The directory holds no journal segment: it is not a data directory (nothing is
+    /// created in it, not even the lock file).
+    #[error("{} holds no journal segment (*.wal): not a data directory", .0.display())]
+    NoJournal(PathBuf),
     /// The engine's error: [`Error::Locked`] while an engine holds the directory, I/O errors.
     #[error(transparent)]
     Engine(#[from] Error),
@@ -391,6 +395,12 @@ pub fn prepare(
         return Err(RepairError::NotADirectory(dir.to_path_buf()));
     }
     let before = fingerprint(dir)?;
+    if !before
+        .iter()
+        .any(|(name, ..)| timewheel_wal::parse_segment_file_name(name).is_some())
+    {
+        return Err(RepairError::NoJournal(dir.to_path_buf()));
+    }
     progress(Progress::Verify);
     let verified = inspect(dir);
     match &verified {

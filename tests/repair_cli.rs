@@ -365,6 +365,22 @@ fn refused_while_an_engine_runs_and_into_an_existing_backup_and_for_a_missing_di
 
     let (code, _, _) = repair(&dir.0.join("missing"), "1:4096", &["--yes"]);
     assert_eq!(code, Some(2));
+    let empty = dir.0.join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let (code, v, _) = repair(&empty, "1:4096", &["--yes"]);
+    assert_eq!(code, Some(2), "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a data directory"),
+        "{v}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&empty).unwrap().count(),
+        0,
+        "not even a lock file made"
+    );
 }
 
 #[test]
