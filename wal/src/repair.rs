@@ -28,9 +28,9 @@ use std::io;
 use crate::Lsn;
 use crate::error::{CorruptionReason, Error};
 use crate::format::{
-    BLOCK_ALIGN, FIRST_BLOCK_OFFSET, MIRROR_PREFIX_BYTES, RECORD_HEADER_BYTES, RECORD_TYPE_CLOSE,
-    RECORD_TYPE_MIRROR, RECORD_TYPE_USER_MAX, SEGMENT_HEADER_BYTES, SegmentHeader, align_to,
-    decode_record_header, raw_header_salt,
+    BLOCK_ALIGN, FIRST_BLOCK_OFFSET, MIRROR_PREFIX_BYTES, RECORD_HEADER_BYTES,
+    RECORD_TYPE_USER_MAX, SEGMENT_HEADER_BYTES, SegmentHeader, align_to, decode_record_header,
+    raw_header_salt,
 };
 use crate::options::WalOptions;
 use crate::recovery::{
@@ -377,8 +377,9 @@ fn scan_from<F: StorageFile>(
 }
 
 /// Reads on past damage at `from` in segment `id`: at each later block boundary where a valid
-/// record starts (valid under the segment's salt at its own place, so written there in this
-/// incarnation of the file), the blocks are scanned again from it, and `visit` sees the blocks
+/// user record starts (valid under the segment's salt at its own place, so written there in
+/// this incarnation of the file; at most [`WalOptions::RECORD_BYTES_MAX_DEFAULT`] long), the
+/// blocks are scanned again from it, and `visit` sees the blocks
 /// read. Returns the stretches that could not be read: from each damage to where reading
 /// resumed, or to the last non-zero byte of the file.
 fn read_past_damage<F: StorageFile>(
@@ -395,10 +396,13 @@ fn read_past_damage<F: StorageFile>(
         let mut at = align_to(from + 1, BLOCK_ALIGN).max(FIRST_BLOCK_OFFSET);
         let mut resumed = None;
         while at + RECORD_HEADER_BYTES as u64 <= len {
-            if let Found::Valid(h) = record_at(file, window, header.salt, at)?
-                && h.record_type != RECORD_TYPE_MIRROR
-                && h.record_type != RECORD_TYPE_CLOSE
-            {
+            // A cheap look at the header first: on garbage, only a plausible one costs a crc
+            // over its frame.
+            let h = decode_record_header(window.get(file, len, at, RECORD_HEADER_BYTES)?);
+            let plausible = (1..=RECORD_TYPE_USER_MAX).contains(&h.record_type)
+                && h.len <= WalOptions::RECORD_BYTES_MAX_DEFAULT
+                && h.lsn != 0;
+            if plausible && let Found::Valid(h) = record_at(file, window, header.salt, at)? {
                 resumed = Some((at, h.lsn));
                 break;
             }

@@ -237,6 +237,15 @@ fn first_cut(disk: &FaultDisk, at: CutPoint) -> u64 {
 
 #[test]
 fn a_cut_at_damage_that_refuses_the_open_makes_it_open() {
+    let mut rng = SimRng::new(5);
+    let noise: Vec<u8> = (0..4096).map(|_| rng.next_u64() as u8).collect();
+    for garbage in [vec![0xA5; 4096], noise] {
+        cut_at_damage(&garbage);
+    }
+}
+
+/// The block at 8192 of segment 2 overwritten with `garbage`, then cut there.
+fn cut_at_damage(garbage: &[u8]) {
     let disk = FaultDisk::new(13);
     let records = write_log(&disk);
     let n = records.len() as u64;
@@ -253,7 +262,7 @@ fn a_cut_at_damage_that_refuses_the_open_makes_it_open() {
     assert!(lost_from < lost_to, "segment 2 holds a block at 8192");
 
     // The block at 8192 of the sealed segment 2, group and mirror, overwritten.
-    disk.write_raw(&two, 8192, &[0xA5; 4096], true);
+    disk.write_raw(&two, 8192, garbage, true);
     match Wal::open(disk.storage(), opts()) {
         Err(Error::Corrupted {
             segment: 2,
