@@ -5,7 +5,7 @@
 //! (a torn tail cut, a damaged copy repaired, the last segment copied) happens in memory only,
 //! and nothing fires. So its verdict is the open's verdict, from the same code, and a directory
 //! it finds healthy is one the engine will open. It takes the directory's lock while it runs
-//! (no engine can open the directory meanwhile) and is refused with [`Error::Locked`] while an
+//! (no engine can open the directory meanwhile) and is refused with [`Error::Locked`](crate::Error::Locked) while an
 //! engine holds it.
 //!
 //! ```

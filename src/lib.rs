@@ -37,7 +37,7 @@
 //! `complete_async`, `fail_async`), woken when group commit makes their records durable: no
 //! thread is parked per waiting call, so thousands of tasks can wait on one engine and share
 //! its syncs. The worker's take is a future too (`next_async`, `claim_next_async`) and a
-//! [`Stream`](futures_core::Stream) of claimed jobs ([`Engine::claimed_stream`]). The futures
+//! `Stream` of claimed jobs (`Engine::claimed_stream`). The futures
 //! need no particular runtime; `examples/async_service.rs` is a small tokio service.
 //!
 //! ```

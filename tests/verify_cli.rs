@@ -180,3 +180,24 @@ fn compacted_buckets_are_counted_and_a_damaged_bucket_file_is_named() {
         ),
     }
 }
+
+/// `timewheel verify DIR | head`: a closed stdout stops the output, not the check; the exit
+/// code still says what it found (a `println!` would panic there: exit 101).
+#[test]
+fn a_closed_stdout_does_not_change_the_exit_code() {
+    let dir = TempDir::new("verify-closed-stdout");
+    let engine = Engine::open(small(&dir.0)).expect("open");
+    engine.schedule(JobSpec::at(1)).expect("schedule");
+    engine.close().expect("close");
+    for command in ["verify", "inspect"] {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader); // every write to it fails with EPIPE
+        let status = Command::new(env!("CARGO_BIN_EXE_timewheel"))
+            .arg(command)
+            .arg(&dir.0)
+            .stdout(writer)
+            .status()
+            .expect("runs");
+        assert_eq!(status.code(), Some(0), "{command}: healthy, stdout closed");
+    }
+}

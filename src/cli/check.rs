@@ -11,6 +11,15 @@
 //! - 2: could not check: the directory is in use by a running engine, is missing, or an I/O
 //!   error stopped the scan.
 
+/// `println!` that stops quietly when stdout is closed (`timewheel verify DIR | head`): the
+/// scan goes on and the exit code still says what it found.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -120,17 +129,19 @@ fn report(args: &CheckArgs, mode: Mode, f: &Inspection) {
                 "due_max_ms": f.due_range.map(|d| d.1),
             });
         }
-        println!("{out}");
+        outln!("{out}");
         return;
     }
-    println!("{}", args.dir.display());
-    println!(
+    outln!("{}", args.dir.display());
+    outln!(
         "  log: {} records in {} segments, {} bytes scanned, every record's checksum and \
          sequence checked, and replayed through the state machine",
-        r.records, r.segments, r.bytes
+        r.records,
+        r.segments,
+        r.bytes
     );
     let st = &f.store;
-    println!(
+    outln!(
         "  buckets: {} hour buckets in {} files, {} bytes, {} jobs, covering the journal up to \
          LSN {} (every file's checksums checked); journal: {} segment files, {} bytes",
         st.buckets,
@@ -142,36 +153,42 @@ fn report(args: &CheckArgs, mode: Mode, f: &Inspection) {
         st.journal_bytes
     );
     if r.skipped > 0 {
-        println!(
+        outln!(
             "  {} records of a later version, marked skippable, were skipped",
             r.skipped
         );
     }
     match r.torn_tail {
-        Some((segment, offset)) => println!(
+        Some((segment, offset)) => outln!(
             "  torn tail: segment {segment} from offset {offset}: writes a crash interrupted, \
              never acknowledged; the next open cuts them"
         ),
-        None => println!("  no torn tail"),
+        None => outln!("  no torn tail"),
     }
     for (segment, offset, reason) in &r.repaired {
-        println!(
+        outln!(
             "  DAMAGE: segment {segment} offset {offset}: {reason}; the other copy of that \
              group commit is intact, and the next open repairs it (check the disk)"
         );
     }
     if mode == Mode::Inspect {
-        println!(
+        outln!(
             "  jobs: {} scheduled, {} to deliver at the next open ({} missed while down, {} \
              interrupted while running); over the directory's life {} completed, {} \
              cancelled, {} failed",
-            f.scheduled, f.ready, r.missed, r.interrupted, f.completed, f.cancelled, f.failed
+            f.scheduled,
+            f.ready,
+            r.missed,
+            r.interrupted,
+            f.completed,
+            f.cancelled,
+            f.failed
         );
         if let Some((lo, hi)) = f.due_range {
-            println!("  due: from {} to {}", utc(lo), utc(hi));
+            outln!("  due: from {} to {}", utc(lo), utc(hi));
         }
     }
-    println!(
+    outln!(
         "  {}",
         if r.repaired.is_empty() {
             "healthy"
@@ -206,11 +223,11 @@ fn refused(args: &CheckArgs, e: &Error, code: u8) {
             }
             _ => {}
         }
-        println!("{out}");
+        outln!("{out}");
     } else if code == DAMAGED {
-        println!("{}", args.dir.display());
-        println!("  DAMAGE: {why}");
-        println!("  the engine refuses to open this directory rather than lose acknowledged data");
+        outln!("{}", args.dir.display());
+        outln!("  DAMAGE: {why}");
+        outln!("  the engine refuses to open this directory rather than lose acknowledged data");
     } else {
         eprintln!("timewheel: {}: {why}", args.dir.display());
     }
