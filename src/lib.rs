@@ -76,6 +76,7 @@ pub mod metrics;
 pub mod record;
 #[cfg(not(feature = "testing"))]
 mod record;
+#[cfg(feature = "cli")]
 pub mod repair;
 #[cfg(feature = "sidecar")]
 pub mod sidecar;

@@ -2,7 +2,8 @@
 //! `timewheel repair DIR --truncate-at SEGMENT:OFFSET` does. The operator's last resort when
 //! the engine refuses to open a directory because acknowledged data is damaged
 //! ([`Error::Corrupted`]): every record from the cut on is given up. See docs/recovery.md,
-//! "Repair".
+//! "Repair". Only with the `cli` feature (the binary's): its plan speaks in LSNs and segment
+//! offsets, which the engine's API otherwise keeps to itself.
 //!
 //! 1. [`prepare`] runs the verify ([`crate::inspect::inspect`]: the next open's own recovery
 //!    and replay, over the directory read in place), then takes the directory's lock, the one
