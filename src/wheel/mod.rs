@@ -168,6 +168,9 @@ struct Sweep {
     prev: Option<usize>,
     /// The tombstone count at which the next pass may start.
     trigger: u64,
+    /// The fewest tombstones that start a pass ([`SWEEP_TOMBSTONES_MIN`]; lower in the unit
+    /// tests, so that sweeps run all the time there).
+    floor: u64,
     /// Placements since the last step.
     placements: u32,
 }
@@ -237,6 +240,7 @@ impl<T: Copy> TimingWheel<T> {
                 block: 0,
                 prev: None,
                 trigger: SWEEP_TOMBSTONES_MIN,
+                floor: SWEEP_TOMBSTONES_MIN,
                 placements: 0,
             },
             touched: 0,
@@ -811,8 +815,7 @@ impl<T: Copy> TimingWheel<T> {
 
     fn finish_sweep(&mut self) {
         self.sweep.active = false;
-        self.sweep.trigger =
-            self.tombstones + (self.slab.len() as u64).max(SWEEP_TOMBSTONES_MIN) / 2;
+        self.sweep.trigger = self.tombstones + (self.slab.len() as u64).max(self.sweep.floor) / 2;
     }
 }
 
@@ -872,6 +875,15 @@ fn sweep_slot<T: Copy>(
         read,
         dropped,
         done: true,
+    }
+}
+
+#[cfg(test)]
+impl<T: Copy> TimingWheel<T> {
+    /// Lowers the sweep's floor, so that a test with few timers sweeps all the time.
+    pub(crate) fn set_sweep_floor(&mut self, floor: u64) {
+        self.sweep.floor = floor;
+        self.sweep.trigger = floor;
     }
 }
 

@@ -122,3 +122,106 @@ fn reschedule_moves_between_tiers() {
     assert_eq!(drain(&mut wheel, T0 + 89_999), vec![]);
     assert_eq!(drain(&mut wheel, T0 + 90_000), vec![(T0 + 90_000, 1)]);
 }
+
+/// Random inserts, cancels, reschedules and clock steps against a `BTreeMap` model, with the
+/// sweep's floor at 4 tombstones so that passes run all the time (the public floor, 65 536, is
+/// beyond what a model test reaches): every live timer fires once, in effective due order,
+/// never early; no cancelled or moved-away item ever fires; tombstones stay bounded.
+#[test]
+fn sweeping_all_the_time_keeps_the_model() {
+    use std::collections::{BTreeMap, HashMap};
+    fn splitmix(s: &mut u64) -> u64 {
+        *s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    let mut swept_seeds = 0;
+    for seed in 0..40u64 {
+        let mut rng = seed;
+        let mut wheel = TimingWheel::new(T0);
+        wheel.set_sweep_floor(4);
+        // (effective due, value) -> key; value -> (effective due, key)
+        let mut model: BTreeMap<(u64, u64), TimerKey> = BTreeMap::new();
+        let mut by_value: HashMap<u64, (u64, TimerKey)> = HashMap::new();
+        let (mut clock, mut next_value) = (T0, 0u64);
+        for _ in 0..4_000 {
+            let far = |rng: &mut u64| match splitmix(rng) % 4 {
+                0 => splitmix(rng) % 3_000,
+                1 => splitmix(rng) % (3 * MS_PER_HOUR),
+                2 => splitmix(rng) % (100 * MS_PER_HOUR),
+                _ => 2 * MS_PER_MINUTE + splitmix(rng) % MS_PER_MINUTE,
+            };
+            match splitmix(&mut rng) % 10 {
+                0..=2 => {
+                    let due = clock + far(&mut rng);
+                    let key = wheel.insert(due, next_value);
+                    let effective = due.max(wheel.now_ms());
+                    model.insert((effective, next_value), key);
+                    by_value.insert(next_value, (effective, key));
+                    next_value += 1;
+                }
+                3..=5 if !by_value.is_empty() => {
+                    let v = splitmix(&mut rng) % next_value;
+                    if let Some((effective, key)) = by_value.remove(&v) {
+                        model.remove(&(effective, v));
+                        assert_eq!(wheel.cancel(key), Some(v));
+                    }
+                }
+                6 if !by_value.is_empty() => {
+                    let v = splitmix(&mut rng) % next_value;
+                    if let Some((effective, key)) = by_value.get(&v).copied() {
+                        let due = clock + far(&mut rng);
+                        assert!(wheel.reschedule(key, due));
+                        model.remove(&(effective, v));
+                        let effective = due.max(wheel.now_ms());
+                        model.insert((effective, v), key);
+                        by_value.insert(v, (effective, key));
+                    }
+                }
+                _ => {
+                    clock += match splitmix(&mut rng) % 3 {
+                        0 => 1,
+                        1 => splitmix(&mut rng) % 2_000,
+                        _ => splitmix(&mut rng) % (2 * MS_PER_HOUR),
+                    };
+                    while let Some((key, due, v)) = wheel.poll(clock) {
+                        let first = model.keys().next().copied().expect("a model timer");
+                        let (effective, model_key) = by_value.remove(&v).expect("fires once");
+                        assert_eq!((first.0, key), (effective, model_key), "due order");
+                        assert!(due <= clock && effective <= clock, "never early");
+                        model.remove(&(effective, v));
+                    }
+                    if let Some(&(first, _)) = model.keys().next() {
+                        assert!(first > clock, "timer due {first} lost at {clock}");
+                    }
+                }
+            }
+            assert_eq!(wheel.len(), model.len());
+            assert!(
+                wheel.tombstones() <= 4 * (model.len() as u64 + 64),
+                "tombstones {} for {} live",
+                wheel.tombstones(),
+                model.len()
+            );
+        }
+        while let Some(next) = wheel.next_due() {
+            clock = clock.max(next);
+            while let Some((_, _, v)) = wheel.poll(clock) {
+                let (effective, _) = by_value.remove(&v).expect("fires once");
+                model.remove(&(effective, v));
+            }
+        }
+        assert!(
+            model.is_empty(),
+            "seed {seed}: {} timers never fired",
+            model.len()
+        );
+        swept_seeds += u32::from(wheel.work_stats().swept_total > 0);
+    }
+    assert!(
+        swept_seeds >= 30,
+        "the sweep ran in only {swept_seeds} of 40 seeds"
+    );
+}
