@@ -198,30 +198,35 @@ fn report(args: &CheckArgs, mode: Mode, f: &Inspection) {
     );
 }
 
+/// Where an error says the damage is, as JSON (`segment`/`offset`, `lsn`, or `file`/`offset`,
+/// with the reason); `None` for an error that names no place.
+pub fn damage_json(e: &Error) -> Option<serde_json::Value> {
+    Some(match e {
+        Error::Corrupted {
+            segment,
+            offset,
+            reason,
+        } => {
+            serde_json::json!({"segment": segment, "offset": offset, "reason": reason.to_string()})
+        }
+        Error::UndecodableRecord { lsn, reason } => {
+            serde_json::json!({"lsn": lsn, "reason": reason})
+        }
+        Error::CorruptedStore {
+            file,
+            offset,
+            reason,
+        } => serde_json::json!({"file": file, "offset": offset, "reason": reason}),
+        _ => return None,
+    })
+}
+
 fn refused(args: &CheckArgs, e: &Error, code: u8) {
     let why = why(e);
     if args.json {
         let mut out = serde_json::json!({"dir": args.dir, "healthy": false, "error": why});
-        match e {
-            Error::Corrupted {
-                segment,
-                offset,
-                reason,
-            } => {
-                out["damage"] = serde_json::json!({"segment": segment, "offset": offset, "reason": reason.to_string()});
-            }
-            Error::UndecodableRecord { lsn, reason } => {
-                out["damage"] = serde_json::json!({"lsn": lsn, "reason": reason});
-            }
-            Error::CorruptedStore {
-                file,
-                offset,
-                reason,
-            } => {
-                out["damage"] =
-                    serde_json::json!({"file": file, "offset": offset, "reason": reason});
-            }
-            _ => {}
+        if let Some(damage) = damage_json(e) {
+            out["damage"] = damage;
         }
         outln!("{out}");
     } else if code == DAMAGED {

@@ -26,7 +26,7 @@ use timewheel::repair::{
     Applied, CutPlan, CutPoint, LogRefusal, Plan, Progress, Refusal, RepairError,
 };
 
-use super::check::why;
+use super::check::{damage_json, why};
 
 /// Exit code: repaired, nothing to do, or a dry run.
 const DONE: u8 = 0;
@@ -235,26 +235,8 @@ fn verified_json(verified: &Result<Inspection, Error>) -> serde_json::Value {
         }),
         Err(e) => {
             let mut v = serde_json::json!({"healthy": false, "opens": false, "error": why(e)});
-            match e {
-                Error::Corrupted {
-                    segment,
-                    offset,
-                    reason,
-                } => {
-                    v["damage"] = serde_json::json!({"segment": segment, "offset": offset, "reason": reason.to_string()});
-                }
-                Error::UndecodableRecord { lsn, reason } => {
-                    v["damage"] = serde_json::json!({"lsn": lsn, "reason": reason});
-                }
-                Error::CorruptedStore {
-                    file,
-                    offset,
-                    reason,
-                } => {
-                    v["damage"] =
-                        serde_json::json!({"file": file, "offset": offset, "reason": reason});
-                }
-                _ => {}
+            if let Some(damage) = damage_json(e) {
+                v["damage"] = damage;
             }
             v
         }
