@@ -602,6 +602,7 @@ impl<S: Storage> Wal<S> {
         let sh = &*self.shared;
         let mut guard = lock(&sh.log);
         let log = &mut *guard;
+        let mut frame_bytes_total = 0u64;
         if log.closed {
             return Err(Error::Closed);
         }
@@ -647,7 +648,7 @@ impl<S: Storage> Wal<S> {
             encode_record(&mut log.scratch, seg.salt, offset, meta, body);
             log.group.frames.extend_from_slice(&log.scratch[at..]);
             log.group.count += 1;
-            Figures::add(&sh.figures.bytes, (log.scratch.len() - at) as u64);
+            frame_bytes_total += (log.scratch.len() - at) as u64;
             lsn += 1;
             if log.scratch.len() >= WRITE_CHUNK_BYTES {
                 sh.flush(log, lsn)?;
@@ -655,6 +656,7 @@ impl<S: Storage> Wal<S> {
         }
         sh.flush(log, lsn)?;
         Figures::add(&sh.figures.records, entries.len() as u64);
+        Figures::add(&sh.figures.bytes, frame_bytes_total);
         Ok(lsn - 1)
     }
 }
