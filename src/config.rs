@@ -44,6 +44,13 @@ pub struct Config {
     pub page_jobs_max: usize,
     /// How long a claim holds a job before it is delivered again with attempt + 1.
     pub lease_ms: u64,
+    /// The retry policy of jobs that do not have their own: failed attempts allowed, and the
+    /// backoff between them.
+    pub retry: crate::RetryPolicy,
+    /// The seed of the backoff's jitter (see [`Backoff`](crate::Backoff)).
+    pub retry_seed: u64,
+    /// The most a job's `max_attempts` may be.
+    pub max_attempts_max: u32,
     /// Largest number of jobs the timer thread moves to the ready queue before it lets
     /// schedule and cancel calls through again.
     pub fires_per_advance_max: usize,
@@ -119,6 +126,9 @@ impl Config {
             batch_jobs_max: 1 << 20,
             page_jobs_max: 10_000,
             lease_ms: 30_000,
+            retry: crate::RetryPolicy::default(),
+            retry_seed: 0x7477_6865_656c,
+            max_attempts_max: 10_000,
             fires_per_advance_max: 4096,
             id_block: 1 << 16,
             timer_thread: true,
@@ -142,11 +152,18 @@ impl Config {
             return bad("payload_bytes_max", "at most 16 MiB");
         }
         // A record carries a payload plus a fixed header; it must fit a segment comfortably.
-        let record_max = crate::record::schedule_record_bytes_max(self) as u64;
-        if record_max.saturating_mul(4) > self.segment_bytes {
+        let schedule_max = crate::record::schedule_bytes_max(self) as u64;
+        if schedule_max.saturating_mul(4) > self.segment_bytes {
             return bad(
                 "segment_bytes",
-                "must hold at least four records of the largest size",
+                "must hold at least four schedules of the largest payload",
+            );
+        }
+        let failure_max = crate::record::failure_bytes_max(self) as u64;
+        if failure_max.saturating_mul(2) > self.segment_bytes {
+            return bad(
+                "segment_bytes",
+                "must hold at least two failures of the longest reason",
             );
         }
         if self.lease_ms == 0 {
@@ -169,12 +186,24 @@ impl Config {
         if self.fires_per_advance_max == 0 || self.batch_jobs_max == 0 || self.page_jobs_max == 0 {
             return bad("fires_per_advance_max", "limits must be positive");
         }
+        if self.retry.max_attempts == 0 || self.retry.max_attempts > self.max_attempts_max {
+            return bad("retry", "max_attempts from 1 to Config::max_attempts_max");
+        }
+        if self.retry.backoff.base_ms > self.retry.backoff.cap_ms {
+            return bad("retry", "backoff base_ms above cap_ms");
+        }
         Ok(())
     }
 }
 
 /// Setters, one per field, for building a `Config` in one expression.
 impl Config {
+    /// Sets [`Config::retry`](Config#structfield.retry).
+    pub fn retry(mut self, retry: crate::RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
     /// Sets [`Config::durability`](Config#structfield.durability).
     pub fn durability(mut self, durability: Durability) -> Self {
         self.durability = durability;

@@ -256,6 +256,47 @@ fn render(event: &Event<'_>, line: &mut String) {
             ",\"type\":\"expire\",\"id\":{},\"attempt\":{attempt}",
             id.0
         ),
+        Event::Retry {
+            id,
+            attempt,
+            flags,
+            due_ms,
+            reason,
+        } => write!(
+            line,
+            ",\"type\":\"retry\",\"id\":{},\"attempt\":{attempt},\"failed\":{},\"due_ms\":{due_ms},\"reason\":{}",
+            id.0,
+            flags & crate::record::RETRY_FAILED != 0,
+            json_string(reason)
+        ),
+        Event::Bury {
+            id,
+            attempt,
+            flags,
+            at_ms,
+            reason,
+        } => write!(
+            line,
+            ",\"type\":\"bury\",\"id\":{},\"attempt\":{attempt},\"expired\":{},\"at_ms\":{at_ms},\"reason\":{}",
+            id.0,
+            flags & crate::record::BURY_EXPIRED != 0,
+            json_string(reason)
+        ),
+        Event::Extend {
+            id,
+            attempt,
+            lease_until_ms,
+        } => write!(
+            line,
+            ",\"type\":\"extend\",\"id\":{},\"attempt\":{attempt},\"lease_until_ms\":{lease_until_ms}",
+            id.0
+        ),
+        Event::Requeue { id, due_ms } => write!(
+            line,
+            ",\"type\":\"requeue\",\"id\":{},\"due_ms\":{due_ms}",
+            id.0
+        ),
+        Event::Purge { id } => write!(line, ",\"type\":\"purge\",\"id\":{}", id.0),
         Event::ReserveIds { up_to } => {
             write!(line, ",\"type\":\"reserve_ids\",\"up_to\":{up_to}")
         }

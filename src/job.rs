@@ -66,6 +66,85 @@ pub struct JobSpec {
     pub(crate) due: Due,
     pub(crate) payload: Vec<u8>,
     pub(crate) binary: bool,
+    pub(crate) tenant: u32,
+    /// 0: `Config::retry`'s.
+    pub(crate) max_attempts: u32,
+    pub(crate) backoff: Option<Backoff>,
+}
+
+/// How long a job waits before its next attempt after a failure: exponential in the number of
+/// failures, capped, with full jitter. The `n`-th failure (1 for the first) waits a uniformly
+/// drawn time in `0 ..= min(cap_ms, base_ms * 2^(n-1))`. The draw is a hash of the job id, the
+/// failure count and `Config::retry_seed`, so the same log and seed give the same retries.
+///
+/// ```
+/// use timewheel::Backoff;
+/// let b = Backoff::new(100, 10_000);
+/// for n in 1..20 {
+///     let d = b.delay_ms(n, 42, 0);
+///     assert!(d <= b.ceiling_ms(n));
+/// }
+/// assert_eq!(b.ceiling_ms(1), 100);
+/// assert_eq!(b.ceiling_ms(4), 800);
+/// assert_eq!(b.ceiling_ms(30), 10_000);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Backoff {
+    /// The ceiling after the first failure, in milliseconds.
+    pub base_ms: u32,
+    /// The largest ceiling, in milliseconds.
+    pub cap_ms: u32,
+}
+
+impl Backoff {
+    /// A backoff from `base_ms` doubling up to `cap_ms`.
+    pub const fn new(base_ms: u32, cap_ms: u32) -> Self {
+        Backoff { base_ms, cap_ms }
+    }
+
+    /// The most the `failures`-th failure waits.
+    pub fn ceiling_ms(&self, failures: u32) -> u64 {
+        let shift = failures.saturating_sub(1).min(40);
+        (u64::from(self.base_ms) << shift).min(u64::from(self.cap_ms))
+    }
+
+    /// The wait after the `failures`-th failure of job `id` (full jitter, drawn from `seed`).
+    pub fn delay_ms(&self, failures: u32, id: u64, seed: u64) -> u64 {
+        let ceiling = self.ceiling_ms(failures);
+        let draw = splitmix(seed ^ splitmix(id ^ (u64::from(failures) << 48)));
+        // Uniform in 0..=ceiling (the modulo's bias is below 2^-20 for ceilings under 2^44).
+        draw % (ceiling + 1)
+    }
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// What happens to a job whose attempt fails: at most `max_attempts` failed attempts (a
+/// worker's retryable `fail`, or a lease that ran out), each followed by a wait from `backoff`;
+/// the last one makes the job dead (kept in the dead-letter set). `Config::retry` is the
+/// default; a job can have its own (`JobSpec::max_attempts`, `JobSpec::backoff`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RetryPolicy {
+    /// Failed attempts a job may have; the last makes it dead. 1: no retries.
+    pub max_attempts: u32,
+    /// The wait before each retry.
+    pub backoff: Backoff,
+}
+
+impl Default for RetryPolicy {
+    /// 25 attempts, waits from 1 s doubling to at most an hour (about 19 hours of retries in
+    /// all, like Sidekiq's and River's defaults).
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 25,
+            backoff: Backoff::new(1_000, 3_600_000),
+        }
+    }
 }
 
 impl JobSpec {
@@ -75,6 +154,9 @@ impl JobSpec {
             due: Due::At(due_ms),
             payload: Vec::new(),
             binary: false,
+            tenant: 0,
+            max_attempts: 0,
+            backoff: None,
         }
     }
 
@@ -84,6 +166,9 @@ impl JobSpec {
             due: Due::After(delay),
             payload: Vec::new(),
             binary: false,
+            tenant: 0,
+            max_attempts: 0,
+            backoff: None,
         }
     }
 
@@ -106,6 +191,26 @@ impl JobSpec {
         self
     }
 
+    /// Failed attempts allowed before the job is dead (1 to `Config::max_attempts_max`;
+    /// unset: `Config::retry`'s).
+    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// The job's own wait between failed attempts (unset: `Config::retry`'s).
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = Some(backoff);
+        self
+    }
+
+    /// The tenant the job belongs to (0 unless set). Kept with the job; the dead-letter set
+    /// can be listed and purged by tenant.
+    pub fn tenant(mut self, tenant: u32) -> Self {
+        self.tenant = tenant;
+        self
+    }
+
     /// When the job is due.
     pub fn due(&self) -> Due {
         self.due
@@ -123,19 +228,101 @@ pub enum JobState {
     Running,
 }
 
-/// A snapshot of a live job. Finished jobs (completed, failed, cancelled) are not kept.
+/// A snapshot of a live job. Finished jobs (completed, cancelled) are not kept; dead ones are
+/// in the dead-letter set ([`Engine::dead_letter`](crate::Engine::dead_letter)).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct JobInfo {
     /// The job.
     pub id: JobId,
     /// Its state.
     pub state: JobState,
-    /// When it is due.
+    /// When it is due (after a failure: when it is tried again).
     pub due_ms: u64,
     /// Deliveries so far (0 before the first claim).
     pub attempt: u32,
+    /// Failed attempts so far (a retryable `fail`, or a lease that ran out).
+    pub failures: u32,
+    /// The newest failure's reason, while the job is being retried.
+    pub last_error: Option<Arc<str>>,
+    /// Its tenant.
+    pub tenant: u32,
     /// The payload.
     pub payload: Arc<[u8]>,
+}
+
+/// A job in the dead-letter set: its last attempt failed for good (a failure that was not
+/// retryable, the last one allowed, or a lease that ran out on the last attempt allowed).
+/// It stays until purged, also across restarts and compaction; `requeue_dead` schedules it
+/// again with no failures counted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeadJob {
+    /// The job.
+    pub id: JobId,
+    /// Its tenant.
+    pub tenant: u32,
+    /// When it was last due.
+    pub due_ms: u64,
+    /// Deliveries it had (its last attempt).
+    pub attempt: u32,
+    /// Failed attempts it had, the last included.
+    pub failures: u32,
+    /// When it died.
+    pub died_at_ms: u64,
+    /// The last error.
+    pub reason: Arc<str>,
+    /// The lease of its last attempt ran out (rather than a worker failing it).
+    pub expired: bool,
+    /// The payload.
+    pub payload: Arc<[u8]>,
+    /// Whether the payload was marked binary.
+    pub binary: bool,
+}
+
+/// Which dead jobs [`Engine::dead_letters`](crate::Engine::dead_letters) lists, in id order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeadQuery {
+    /// Only this tenant's; `None`: every tenant's.
+    pub tenant: Option<u32>,
+    /// Only ids after this one: where the previous page ended.
+    pub after: Option<JobId>,
+    /// Jobs per page, 1 to `Config::page_jobs_max`.
+    pub limit: usize,
+}
+
+impl Default for DeadQuery {
+    fn default() -> Self {
+        DeadQuery {
+            tenant: None,
+            after: None,
+            limit: 1_000,
+        }
+    }
+}
+
+impl DeadQuery {
+    /// Only `tenant`'s dead jobs.
+    pub fn tenant(mut self, tenant: u32) -> Self {
+        self.tenant = Some(tenant);
+        self
+    }
+
+    /// At most `limit` per page.
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
+    }
+}
+
+/// One page of [`Engine::dead_letters`](crate::Engine::dead_letters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeadPage {
+    /// The dead jobs, in id order.
+    pub jobs: Vec<DeadJob>,
+    /// The query for the next page; `None` when this one is the last.
+    pub next: Option<DeadQuery>,
 }
 
 /// A job a worker has claimed. Hand it back to `complete` or `fail` before `lease_until_ms`.

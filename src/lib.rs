@@ -98,5 +98,8 @@ pub use config::{Config, Durability, RecoveryMode};
 pub use engine::ClaimedStream;
 pub use engine::{DrainReport, Engine, Pending};
 pub use error::{Error, Result};
-pub use job::{Claimed, Due, JobId, JobInfo, JobPage, JobQuery, JobSpec, JobState, Outcome};
+pub use job::{
+    Backoff, Claimed, DeadJob, DeadPage, DeadQuery, Due, JobId, JobInfo, JobPage, JobQuery,
+    JobSpec, JobState, Outcome, RetryPolicy,
+};
 pub use stats::{CompactionReport, LogStats, RecoveryStats, Stats, StoreStats};

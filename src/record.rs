@@ -14,7 +14,26 @@
 //! type 6  Fail        id u64 | attempt u32 | reason_len u32 | reason (UTF-8) ...
 //! type 7  Expire      id u64 | attempt u32 | reserved u32
 //! type 8  ReserveIds  up_to u64
+//! type 9  Retry       id u64 | attempt u32 | flags u16 | reserved u16 | due_ms u64
+//!                     | reason_len u32 | reserved u32 | reason (UTF-8) ...
+//! type 10 Bury        id u64 | attempt u32 | flags u16 | reserved u16 | at_ms u64
+//!                     | reason_len u32 | reserved u32 | reason (UTF-8) ...
+//! type 11 Extend      id u64 | attempt u32 | reserved u32 | lease_until_ms u64
+//! type 12 Requeue     id u64 | due_ms u64
+//! type 13 Purge       id u64
 //! ```
+//!
+//! The lifecycle records (9-13): `Retry` ends the lease of `attempt` and puts the job back to
+//! wait until `due_ms`; with [`RETRY_FAILED`] it was a failure, counted against the job's
+//! `max_attempts` (a retry the worker asked for with `retry_at` is not). `Bury` ends the lease
+//! of `attempt` for good: the job is *dead* (in the dead-letter set) with its last error;
+//! [`BURY_EXPIRED`] says that the lease ran out and it was the last attempt allowed, otherwise
+//! the worker's failure was not retryable or the last allowed one. The failure and what follows
+//! it (the retry, or the burial) are one record, so a crash cannot keep one without the other.
+//! `Extend` moves the lease of `attempt` to `lease_until_ms`. `Requeue` gives a dead job a new
+//! due time and a fresh count of failures; `Purge` forgets a dead job. Type 6 (`Fail`, which
+//! ended a job without keeping it) is written by no engine since the dead-letter set; its old
+//! records still replay.
 //!
 //! `Expire` says that the lease of `attempt` ran out and the job waits to be claimed again; it
 //! is written (in the same append) in front of the cancel, reschedule or claim that follows
@@ -44,10 +63,30 @@ pub const TYPE_FAIL: u8 = 6;
 pub const TYPE_EXPIRE: u8 = 7;
 /// Record type of an id reservation.
 pub const TYPE_RESERVE_IDS: u8 = 8;
+/// Record type of a failed (or worker-chosen) retry.
+pub const TYPE_RETRY: u8 = 9;
+/// Record type of a job moved to the dead-letter set.
+pub const TYPE_BURY: u8 = 10;
+/// Record type of a lease extension.
+pub const TYPE_EXTEND: u8 = 11;
+/// Record type of a dead job scheduled again.
+pub const TYPE_REQUEUE: u8 = 12;
+/// Record type of a dead job forgotten.
+pub const TYPE_PURGE: u8 = 13;
+
+/// `Retry` flag: the attempt failed (counted against `max_attempts`).
+pub const RETRY_FAILED: u16 = 1 << 0;
+/// `Bury` flag: the lease of the last allowed attempt ran out (rather than a worker's `fail`).
+pub const BURY_EXPIRED: u16 = 1 << 0;
 
 /// Schedule flag: the payload is binary (the sidecar reports it as `payload_b64`).
 pub const FLAG_BINARY_PAYLOAD: u16 = 1 << 0;
-const FLAGS_KNOWN: u16 = FLAG_BINARY_PAYLOAD;
+/// Schedule flag: the job has a backoff of its own; 8 bytes follow the fixed part, before the
+/// payload: `backoff_base_ms u32 | backoff_cap_ms u32`.
+pub const FLAG_BACKOFF: u16 = 1 << 1;
+const FLAGS_KNOWN: u16 = FLAG_BINARY_PAYLOAD | FLAG_BACKOFF;
+/// Bytes of the backoff extension of a schedule record.
+pub const BACKOFF_EXT_BYTES: usize = 8;
 
 const SCHEDULE_ID: usize = 0;
 const SCHEDULE_DUE: usize = SCHEDULE_ID + 8;
@@ -61,10 +100,24 @@ const SCHEDULE_PAYLOAD_LEN: usize = SCHEDULE_MAX_ATTEMPTS + 4;
 pub const SCHEDULE_FIXED_BYTES: usize = SCHEDULE_PAYLOAD_LEN + 4;
 const _: () = assert!(SCHEDULE_FIXED_BYTES == 40);
 
-/// The largest schedule body the configuration allows.
-pub(crate) fn schedule_record_bytes_max(config: &crate::Config) -> usize {
-    SCHEDULE_FIXED_BYTES + config.payload_bytes_max
+/// The largest record body the configuration allows (a schedule with the largest payload, or
+/// a failure with the longest reason).
+pub(crate) fn record_bytes_max(config: &crate::Config) -> usize {
+    schedule_bytes_max(config).max(failure_bytes_max(config))
 }
+
+/// The largest schedule body the configuration allows.
+pub(crate) fn schedule_bytes_max(config: &crate::Config) -> usize {
+    SCHEDULE_FIXED_BYTES + BACKOFF_EXT_BYTES + config.payload_bytes_max
+}
+
+/// The largest failure body (`Retry`, `Bury`, old `Fail`) the configuration allows.
+pub(crate) fn failure_bytes_max(config: &crate::Config) -> usize {
+    LIFECYCLE_FIXED_BYTES + config.fail_reason_bytes_max
+}
+
+/// Bytes of a `Retry` or `Bury` body before its reason.
+pub const LIFECYCLE_FIXED_BYTES: usize = 32;
 
 /// A job's schedule as written in the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +136,8 @@ pub struct ScheduleRecord<'a> {
     pub flags: u16,
     /// Attempts allowed (0 = the engine default).
     pub max_attempts: u32,
+    /// The job's own backoff `(base_ms, cap_ms)` (written when `FLAG_BACKOFF` is set).
+    pub backoff: Option<(u32, u32)>,
     /// The payload.
     pub payload: &'a [u8],
 }
@@ -141,6 +196,53 @@ pub enum Event<'a> {
         /// The highest id reserved.
         up_to: u64,
     },
+    /// The lease of `attempt` ended and the job waits again until `due_ms`.
+    Retry {
+        /// The job.
+        id: JobId,
+        /// The attempt that ended.
+        attempt: u32,
+        /// `RETRY_*` bits.
+        flags: u16,
+        /// When it is due again.
+        due_ms: u64,
+        /// The failure, or why the worker asked for the retry.
+        reason: &'a str,
+    },
+    /// The job is dead: it stays in the dead-letter set with its last error.
+    Bury {
+        /// The job.
+        id: JobId,
+        /// The attempt that ended.
+        attempt: u32,
+        /// `BURY_*` bits.
+        flags: u16,
+        /// When it died.
+        at_ms: u64,
+        /// The last error.
+        reason: &'a str,
+    },
+    /// The lease of `attempt` now runs until `lease_until_ms`.
+    Extend {
+        /// The job.
+        id: JobId,
+        /// The attempt holding the lease.
+        attempt: u32,
+        /// The new end of the lease.
+        lease_until_ms: u64,
+    },
+    /// A dead job waits again, until `due_ms`, with no failures counted.
+    Requeue {
+        /// The job.
+        id: JobId,
+        /// When it is due.
+        due_ms: u64,
+    },
+    /// A dead job is forgotten.
+    Purge {
+        /// The job.
+        id: JobId,
+    },
 }
 
 /// Why a record body could not be decoded.
@@ -165,6 +267,30 @@ impl Event<'_> {
             Event::Fail { .. } => TYPE_FAIL,
             Event::Expire { .. } => TYPE_EXPIRE,
             Event::ReserveIds { .. } => TYPE_RESERVE_IDS,
+            Event::Retry { .. } => TYPE_RETRY,
+            Event::Bury { .. } => TYPE_BURY,
+            Event::Extend { .. } => TYPE_EXTEND,
+            Event::Requeue { .. } => TYPE_REQUEUE,
+            Event::Purge { .. } => TYPE_PURGE,
+        }
+    }
+
+    /// The event's name in JSON dumps and reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::Schedule(_) => "schedule",
+            Event::Cancel { .. } => "cancel",
+            Event::Reschedule { .. } => "reschedule",
+            Event::Claim { .. } => "claim",
+            Event::Complete { .. } => "complete",
+            Event::Fail { .. } => "fail",
+            Event::Expire { .. } => "expire",
+            Event::ReserveIds { .. } => "reserve_ids",
+            Event::Retry { .. } => "retry",
+            Event::Bury { .. } => "bury",
+            Event::Extend { .. } => "extend",
+            Event::Requeue { .. } => "requeue",
+            Event::Purge { .. } => "purge",
         }
     }
 
@@ -177,7 +303,12 @@ impl Event<'_> {
             | Event::Claim { id, .. }
             | Event::Complete { id, .. }
             | Event::Fail { id, .. }
-            | Event::Expire { id, .. } => Some(*id),
+            | Event::Expire { id, .. }
+            | Event::Retry { id, .. }
+            | Event::Bury { id, .. }
+            | Event::Extend { id, .. }
+            | Event::Requeue { id, .. }
+            | Event::Purge { id } => Some(*id),
             Event::ReserveIds { .. } => None,
         }
     }
@@ -197,6 +328,15 @@ impl Event<'_> {
                 let len = u32::try_from(s.payload.len()).expect("payload length checked by caller");
                 out.extend_from_slice(&len.to_le_bytes());
                 debug_assert_eq!(out.len() - start, SCHEDULE_FIXED_BYTES);
+                assert_eq!(
+                    s.backoff.is_some(),
+                    s.flags & FLAG_BACKOFF != 0,
+                    "the backoff flag says whether a backoff follows"
+                );
+                if let Some((base, cap)) = s.backoff {
+                    out.extend_from_slice(&base.to_le_bytes());
+                    out.extend_from_slice(&cap.to_le_bytes());
+                }
                 out.extend_from_slice(s.payload);
             }
             Event::Cancel { id } => put_u64(out, id.0),
@@ -231,6 +371,45 @@ impl Event<'_> {
                 out.extend_from_slice(reason.as_bytes());
             }
             Event::ReserveIds { up_to } => put_u64(out, *up_to),
+            Event::Retry {
+                id,
+                attempt,
+                flags,
+                due_ms: at,
+                reason,
+            }
+            | Event::Bury {
+                id,
+                attempt,
+                flags,
+                at_ms: at,
+                reason,
+            } => {
+                put_u64(out, id.0);
+                out.extend_from_slice(&attempt.to_le_bytes());
+                out.extend_from_slice(&flags.to_le_bytes());
+                out.extend_from_slice(&0u16.to_le_bytes());
+                put_u64(out, *at);
+                let len = u32::try_from(reason.len()).expect("reason length checked by caller");
+                out.extend_from_slice(&len.to_le_bytes());
+                out.extend_from_slice(&0u32.to_le_bytes());
+                out.extend_from_slice(reason.as_bytes());
+            }
+            Event::Extend {
+                id,
+                attempt,
+                lease_until_ms,
+            } => {
+                put_u64(out, id.0);
+                out.extend_from_slice(&attempt.to_le_bytes());
+                out.extend_from_slice(&0u32.to_le_bytes());
+                put_u64(out, *lease_until_ms);
+            }
+            Event::Requeue { id, due_ms } => {
+                put_u64(out, id.0);
+                put_u64(out, *due_ms);
+            }
+            Event::Purge { id } => put_u64(out, id.0),
         }
     }
 
@@ -260,13 +439,24 @@ impl Event<'_> {
                     return Err(err("short schedule body"));
                 }
                 let len = u32_at(body, SCHEDULE_PAYLOAD_LEN) as usize;
-                if body.len() - SCHEDULE_FIXED_BYTES != len {
-                    return Err(err("payload length does not match the body"));
-                }
                 let flags = u16_at(body, SCHEDULE_FLAGS);
                 if flags & !FLAGS_KNOWN != 0 {
                     return Err(err("unknown schedule flags"));
                 }
+                let ext = if flags & FLAG_BACKOFF != 0 {
+                    BACKOFF_EXT_BYTES
+                } else {
+                    0
+                };
+                if body.len() - SCHEDULE_FIXED_BYTES != ext + len {
+                    return Err(err("payload length does not match the body"));
+                }
+                let backoff = (ext > 0).then(|| {
+                    (
+                        u32_at(body, SCHEDULE_FIXED_BYTES),
+                        u32_at(body, SCHEDULE_FIXED_BYTES + 4),
+                    )
+                });
                 Ok(Event::Schedule(ScheduleRecord {
                     id: id(),
                     due_ms: u64_at(body, SCHEDULE_DUE),
@@ -275,7 +465,8 @@ impl Event<'_> {
                     shard: u16_at(body, SCHEDULE_SHARD),
                     flags,
                     max_attempts: u32_at(body, SCHEDULE_MAX_ATTEMPTS),
-                    payload: &body[SCHEDULE_FIXED_BYTES..],
+                    backoff,
+                    payload: &body[SCHEDULE_FIXED_BYTES + ext..],
                 }))
             }
             TYPE_CANCEL => exact(8).map(|()| Event::Cancel { id: id() }),
@@ -311,6 +502,62 @@ impl Event<'_> {
             TYPE_RESERVE_IDS => exact(8).map(|()| Event::ReserveIds {
                 up_to: u64_at(body, 0),
             }),
+            TYPE_RETRY | TYPE_BURY => {
+                if body.len() < LIFECYCLE_FIXED_BYTES {
+                    return Err(err("short lifecycle body"));
+                }
+                let flags = u16_at(body, 12);
+                let known = if record_type == TYPE_RETRY {
+                    RETRY_FAILED
+                } else {
+                    BURY_EXPIRED
+                };
+                if flags & !known != 0 {
+                    return Err(err("unknown lifecycle flags"));
+                }
+                if u16_at(body, 14) != 0 {
+                    return Err(err("reserved field is not zero"));
+                }
+                reserved_zero(body, 28)?;
+                let len = u32_at(body, 24) as usize;
+                if body.len() - LIFECYCLE_FIXED_BYTES != len {
+                    return Err(err("reason length does not match the body"));
+                }
+                let reason = std::str::from_utf8(&body[LIFECYCLE_FIXED_BYTES..])
+                    .map_err(|_| err("reason is not UTF-8"))?;
+                let (id, attempt, at) = (id(), u32_at(body, 8), u64_at(body, 16));
+                Ok(if record_type == TYPE_RETRY {
+                    Event::Retry {
+                        id,
+                        attempt,
+                        flags,
+                        due_ms: at,
+                        reason,
+                    }
+                } else {
+                    Event::Bury {
+                        id,
+                        attempt,
+                        flags,
+                        at_ms: at,
+                        reason,
+                    }
+                })
+            }
+            TYPE_EXTEND => {
+                exact(24)?;
+                reserved_zero(body, 12)?;
+                Ok(Event::Extend {
+                    id: id(),
+                    attempt: u32_at(body, 8),
+                    lease_until_ms: u64_at(body, 16),
+                })
+            }
+            TYPE_REQUEUE => exact(16).map(|()| Event::Requeue {
+                id: id(),
+                due_ms: u64_at(body, 8),
+            }),
+            TYPE_PURGE => exact(8).map(|()| Event::Purge { id: id() }),
             TYPE_FAIL => {
                 if body.len() < 16 {
                     return Err(err("short fail body"));
@@ -373,8 +620,51 @@ mod tests {
             shard: 0,
             flags: FLAG_BINARY_PAYLOAD,
             max_attempts: 0,
+            backoff: None,
             payload: b"\x00\xffhello",
         }));
+        roundtrip(Event::Schedule(ScheduleRecord {
+            id: JobId(8),
+            due_ms: 1,
+            created_ms: 1,
+            tenant: 7,
+            shard: 0,
+            flags: FLAG_BACKOFF,
+            max_attempts: 5,
+            backoff: Some((250, 60_000)),
+            payload: b"with a backoff",
+        }));
+        roundtrip(Event::Retry {
+            id: JobId(3),
+            attempt: 2,
+            flags: RETRY_FAILED,
+            due_ms: 1_700_000_000_500,
+            reason: "503 from upstream",
+        });
+        roundtrip(Event::Retry {
+            id: JobId(3),
+            attempt: 3,
+            flags: 0,
+            due_ms: 9,
+            reason: "",
+        });
+        roundtrip(Event::Bury {
+            id: JobId(3),
+            attempt: 5,
+            flags: BURY_EXPIRED,
+            at_ms: 77,
+            reason: "lease ran out ✓",
+        });
+        roundtrip(Event::Extend {
+            id: JobId(3),
+            attempt: 1,
+            lease_until_ms: 1 << 41,
+        });
+        roundtrip(Event::Requeue {
+            id: JobId(3),
+            due_ms: 12,
+        });
+        roundtrip(Event::Purge { id: JobId(3) });
         roundtrip(Event::Cancel { id: JobId(1) });
         roundtrip(Event::Reschedule {
             id: JobId(u64::MAX),
@@ -413,6 +703,7 @@ mod tests {
             shard: 0x40,
             flags: 0,
             max_attempts: 3,
+            backoff: None,
             payload: b"ab",
         })
         .encode(&mut buf);
@@ -429,6 +720,41 @@ mod tests {
         ]
         .concat();
         assert_eq!(buf, want);
+    }
+
+    #[test]
+    fn retry_layout_is_fixed() {
+        let mut buf = Vec::new();
+        Event::Retry {
+            id: JobId(0x11),
+            attempt: 2,
+            flags: RETRY_FAILED,
+            due_ms: 0x22,
+            reason: "no",
+        }
+        .encode(&mut buf);
+        let want: Vec<u8> = [
+            &[0x11, 0, 0, 0, 0, 0, 0, 0][..],
+            &[2, 0, 0, 0],
+            &[1, 0],
+            &[0, 0],
+            &[0x22, 0, 0, 0, 0, 0, 0, 0],
+            &[2, 0, 0, 0],
+            &[0, 0, 0, 0],
+            b"no",
+        ]
+        .concat();
+        assert_eq!(buf, want);
+        // Unknown flags and reserved bytes are refused.
+        let mut bad = buf.clone();
+        bad[12] = 2;
+        assert!(Event::decode(TYPE_RETRY, &bad).is_err());
+        let mut bad = buf.clone();
+        bad[29] = 1;
+        assert!(Event::decode(TYPE_RETRY, &bad).is_err());
+        let mut bad = buf;
+        bad[14] = 1;
+        assert!(Event::decode(TYPE_RETRY, &bad).is_err());
     }
 
     #[test]
@@ -466,6 +792,7 @@ mod tests {
             shard: 0,
             flags: 0x8000,
             max_attempts: 0,
+            backoff: None,
             payload: b"",
         })
         .encode(&mut buf);

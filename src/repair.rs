@@ -262,16 +262,7 @@ impl CutRecords {
                 return;
             }
         };
-        let name = match &event {
-            Event::Schedule(_) => "schedule",
-            Event::Cancel { .. } => "cancel",
-            Event::Reschedule { .. } => "reschedule",
-            Event::Claim { .. } => "claim",
-            Event::Complete { .. } => "complete",
-            Event::Fail { .. } => "fail",
-            Event::Expire { .. } => "expire",
-            Event::ReserveIds { .. } => "reserve_ids",
-        };
+        let name = event.name();
         *self.by_type.entry(name).or_default() += 1;
         let seq = match &event {
             Event::ReserveIds { up_to } => Some(*up_to),

@@ -107,8 +107,13 @@ pub struct Stats {
     pub completed: u64,
     /// Jobs cancelled (over the life of the data directory).
     pub cancelled: u64,
-    /// Jobs failed (over the life of the data directory).
+    /// Jobs that failed for good, moved to the dead-letter set (over the life of the data
+    /// directory; purged ones included).
     pub failed: u64,
+    /// Jobs in the dead-letter set now.
+    pub dead: u64,
+    /// Failed attempts followed by a retry (and `retry_at`s), since open.
+    pub retried: u64,
     /// Ids in the ready channel, including ones `claim` will skip.
     pub ready_queue_depth: usize,
     /// Jobs past due and not yet running: the ready ones, plus scheduled ones the timer has not
@@ -167,6 +172,8 @@ impl Stats {
             completed: view.completed,
             cancelled: view.cancelled,
             failed: view.failed,
+            dead: view.dead,
+            retried: view.retried,
             ready_queue_depth,
             overdue: view.ready + view.scheduled_overdue,
             fired: view.fired,
@@ -194,6 +201,8 @@ pub(crate) struct StateView<'a> {
     pub completed: u64,
     pub cancelled: u64,
     pub failed: u64,
+    pub dead: u64,
+    pub retried: u64,
     pub fired: u64,
     pub claimed: u64,
     pub redelivered: u64,

@@ -56,7 +56,12 @@ fn an_expired_lease_not_yet_reclaimed_still_lets_its_holder_finish() {
     let c = engine.claim(id).expect("claim").expect("ready");
     clock.set(T0 + 50);
     assert_eq!(fire(&engine), vec![id]);
-    assert!(engine.fail(&c, "worker gave up").expect("fail"));
+    assert!(engine.fail_permanently(&c, "worker gave up").expect("fail"));
     assert_eq!(engine.claim(id).expect("claim"), None, "finished");
     assert_eq!(engine.stats().failed, 1);
+    assert_eq!(
+        engine.dead_letter(id).map(|d| d.attempt),
+        Some(1),
+        "dead, with the attempt that held the lease"
+    );
 }

@@ -28,6 +28,7 @@ fn schedule(n: u64) -> Event<'static> {
         shard: 0,
         flags: 0,
         max_attempts: 0,
+        backoff: None,
         payload: b"",
     })
 }
@@ -174,5 +175,132 @@ fn unknown_records_are_skipped_only_when_marked_skippable() {
             "an unknown record without the flag must refuse: {other:?}",
             other = other.err()
         ),
+    }
+}
+
+fn retry(n: u64, attempt: u32, failed: bool) -> Event<'static> {
+    Event::Retry {
+        id: id(n),
+        attempt,
+        flags: if failed {
+            timewheel::record::RETRY_FAILED
+        } else {
+            0
+        },
+        due_ms: T0 + 500,
+        reason: "503",
+    }
+}
+
+fn bury(n: u64, attempt: u32) -> Event<'static> {
+    Event::Bury {
+        id: id(n),
+        attempt,
+        flags: 0,
+        at_ms: T0 + 7,
+        reason: "gave up",
+    }
+}
+
+#[test]
+fn the_lifecycle_records_replay_into_the_same_jobs() {
+    let engine = open_log(
+        &[
+            RESERVE,
+            schedule(1),
+            claim(1, 1),
+            retry(1, 1, true),
+            claim(1, 2),
+            Event::Extend {
+                id: id(1),
+                attempt: 2,
+                lease_until_ms: T0 + 9_000,
+            },
+            retry(1, 2, false),
+            schedule(2),
+            claim(2, 1),
+            bury(2, 1),
+            schedule(3),
+            claim(3, 1),
+            bury(3, 1),
+            Event::Requeue {
+                id: id(3),
+                due_ms: T0 + 50,
+            },
+            schedule(4),
+            claim(4, 1),
+            bury(4, 1),
+            Event::Purge { id: id(4) },
+        ],
+        &[],
+    )
+    .expect("a live engine's log replays");
+    let one = engine.get(id(1)).expect("job 1 waits for its retry");
+    assert_eq!(
+        (one.attempt, one.failures, one.due_ms),
+        (2, 1, T0 + 500),
+        "retry_at counts no failure"
+    );
+    assert_eq!(one.last_error.as_deref(), Some("503"));
+    let two = engine.dead_letter(id(2)).expect("job 2 is dead");
+    assert_eq!((two.attempt, two.failures, two.died_at_ms), (1, 1, T0 + 7));
+    assert_eq!(&*two.reason, "gave up");
+    let three = engine.get(id(3)).expect("job 3 was requeued");
+    assert_eq!((three.attempt, three.failures), (1, 0));
+    assert!(engine.dead_letter(id(3)).is_none());
+    assert!(engine.get(id(4)).is_none() && engine.dead_letter(id(4)).is_none());
+    assert_eq!(engine.stats().dead, 1);
+}
+
+#[test]
+fn lifecycle_records_the_live_engine_could_not_write_are_refused() {
+    // A retry or burial needs the lease of that attempt.
+    assert_eq!(refused_at(&[RESERVE, schedule(1), retry(1, 1, true)]), 3);
+    assert_eq!(
+        refused_at(&[RESERVE, schedule(1), claim(1, 1), retry(1, 2, true)]),
+        4
+    );
+    assert_eq!(refused_at(&[RESERVE, schedule(1), bury(1, 0)]), 3);
+    let expire = Event::Expire {
+        id: id(1),
+        attempt: 1,
+    };
+    assert_eq!(
+        refused_at(&[RESERVE, schedule(1), claim(1, 1), expire, bury(1, 1)]),
+        5,
+        "the lease ran out: only a new claim can end an attempt"
+    );
+    let extend = Event::Extend {
+        id: id(1),
+        attempt: 1,
+        lease_until_ms: T0 + 1,
+    };
+    assert_eq!(refused_at(&[RESERVE, schedule(1), extend]), 3);
+    // Requeue and purge only of dead jobs.
+    let requeue = Event::Requeue {
+        id: id(1),
+        due_ms: T0,
+    };
+    assert_eq!(refused_at(&[RESERVE, schedule(1), requeue]), 3);
+    assert_eq!(
+        refused_at(&[RESERVE, schedule(1), Event::Purge { id: id(1) }]),
+        3
+    );
+    // A dead job is not waiting: it can not be cancelled, claimed or finished.
+    let dead = [RESERVE, schedule(1), claim(1, 1), bury(1, 1)];
+    for (event, what) in [
+        (Event::Cancel { id: id(1) }, "cancel"),
+        (claim(1, 2), "claim"),
+        (
+            Event::Complete {
+                id: id(1),
+                attempt: 1,
+            },
+            "complete",
+        ),
+    ] {
+        let mut log = dead.to_vec();
+        log.push(event);
+        assert_eq!(refused_at(&log), 5, "{what} of a dead job");
     }
 }

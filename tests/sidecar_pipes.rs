@@ -122,6 +122,68 @@ fn fail_finishes_a_delivered_job_and_needs_a_delivery() {
 }
 
 #[test]
+fn retryable_fails_are_retried_until_dead_then_listed_requeued_and_purged() {
+    // A job with 2 attempts and a short backoff: two retryable fails make it dead; dlq_list
+    // shows it with its error; a restart keeps it; dlq_requeue delivers it again; extend and
+    // retry act on the held delivery; dlq_purge forgets dead jobs.
+    let dir = TempDir::new("dlq");
+    let mut s = Sidecar::start(&dir.0, &[]);
+    let id = s.schedule(json!({"delay_ms": 0, "payload": "order 7", "tenant": 5,
+                               "max_attempts": 2, "backoff": {"base_ms": 10, "cap_ms": 20}}));
+    s.fired(&id, 1);
+    s.ok(json!({"op": "fail", "id": id, "error": "503", "retryable": true}));
+    s.fired(&id, 2);
+    s.ok(json!({"op": "fail", "id": id, "error": "still 503", "retryable": true}));
+    let listed = s.ok(json!({"op": "dlq_list", "tenant": 5}));
+    let jobs = listed["jobs"].as_array().expect("jobs");
+    assert_eq!(jobs.len(), 1, "{listed}");
+    assert_eq!(jobs[0]["id"], json!(id));
+    assert_eq!(jobs[0]["error"], json!("still 503"));
+    assert_eq!(
+        (jobs[0]["attempt"].as_u64(), jobs[0]["failures"].as_u64()),
+        (Some(2), Some(2))
+    );
+    assert_eq!(jobs[0]["payload"], json!("order 7"));
+    assert!(listed.get("next_after").is_none());
+    let other = s.ok(json!({"op": "dlq_list", "tenant": 6}));
+    assert_eq!(other["jobs"], json!([]));
+    let st = s.stats();
+    assert_eq!(
+        (st["dead"].as_u64(), st["retried"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert!(s.finish().success());
+
+    let mut s = Sidecar::start(&dir.0, &[]);
+    assert_eq!(
+        s.stats()["dead"].as_u64(),
+        Some(1),
+        "dead letters survive a restart"
+    );
+    assert_eq!(
+        s.ok(json!({"op": "dlq_requeue", "id": id}))["requeued"].as_u64(),
+        Some(1)
+    );
+    s.fired(&id, 3);
+    let extended = s.ok(json!({"op": "extend", "id": id, "lease_ms": 60_000}));
+    assert!(extended["lease_until_ms"].as_u64().expect("lease_until_ms") > now_ms());
+    s.ok(json!({"op": "retry", "id": id, "delay_ms": 0}));
+    s.fired(&id, 4);
+    // Without `retryable`, as before retries: dead at once.
+    s.ok(json!({"op": "fail", "id": id, "error": "bad card"}));
+    assert_eq!(
+        s.ok(json!({"op": "dlq_purge", "all": true}))["purged"].as_u64(),
+        Some(1)
+    );
+    assert_eq!(s.stats()["dead"].as_u64(), Some(0));
+    assert_eq!(
+        s.error_kind(json!({"op": "extend", "id": id, "lease_ms": 5})),
+        "not_found"
+    );
+    assert!(s.finish().success());
+}
+
+#[test]
 fn malformed_lines_get_error_replies_and_serving_continues() {
     // Each bad line is answered, in order, with req echoed when it could be read, and nothing
     // is scheduled by any of them; a good request afterwards still works.

@@ -211,7 +211,16 @@ fn reschedule_and_fail_batches_answer_per_item_and_refuse_bad_input_whole() {
         ])
         .expect("fail_batch");
     assert_eq!(done, [true, true, false]);
-    assert_eq!(engine.stats().failed, 2);
+    // Retryable failures: both wait for a retry, with the failure counted.
+    assert_eq!(engine.stats().retried, 2);
+    assert_eq!(engine.stats().failed, 0);
+    for id in [ids[0], ids[1]] {
+        let info = engine.get(id).expect("retried");
+        assert_eq!(
+            (info.state, info.failures),
+            (timewheel::JobState::Scheduled, 1)
+        );
+    }
     clock.set(T0 + 1);
     assert_eq!(fire(&engine), vec![ids[2]], "moved earlier by the batch");
 }

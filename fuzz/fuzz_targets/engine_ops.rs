@@ -155,6 +155,10 @@ fn config() -> Config {
     let mut c = Config::new("/nonexistent-unused");
     c.segment_bytes = SEGMENT_BYTES;
     c.payload_bytes_max = 256;
+    c.fail_reason_bytes_max = 256;
+    // This oracle knows no retries: a failure buries the job at once (`fail_permanently`), and a
+    // lease that runs out never makes a job dead (docs/lifecycle.md, "Not yet").
+    c.retry.max_attempts = c.max_attempts_max;
     c.lease_ms = LEASE_MS;
     c.timer_thread = false;
     c.disk_ballast_bytes = 0;
@@ -398,7 +402,7 @@ impl Sim {
                 let reason = "r".repeat(usize::from(reason_len) % (REASON_BYTES_MAX + 1));
                 let got = self
                     .engine()
-                    .fail(&c, &reason)
+                    .fail_permanently(&c, &reason)
                     .expect("fail on a healthy disk");
                 self.finish(&[c], Gone::Failed, vec![got]);
             }

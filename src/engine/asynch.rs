@@ -275,26 +275,25 @@ impl Engine {
 
     /// [`complete`](Engine::complete), as a future.
     pub async fn complete_async(&self, claimed: &Claimed) -> Result<bool> {
-        let (done, lsn) = self
-            .shared
-            .finish_batch_nowait(std::slice::from_ref(claimed), |c| Event::Complete {
-                id: c.id,
-                attempt: c.attempt,
-            })?;
+        let (done, lsn) =
+            self.shared
+                .finish_batch_nowait(std::slice::from_ref(claimed), |c, _, _| Event::Complete {
+                    id: c.id,
+                    attempt: c.attempt,
+                })?;
         self.acknowledged(lsn).await?;
         Ok(done[0])
     }
 
     /// [`fail`](Engine::fail), as a future.
     pub async fn fail_async(&self, claimed: &Claimed, reason: &str) -> Result<bool> {
-        self.shared.check_reason(reason)?;
-        let (done, lsn) = self
-            .shared
-            .finish_batch_nowait(std::slice::from_ref(claimed), |c| Event::Fail {
-                id: c.id,
-                attempt: c.attempt,
+        let (done, lsn) = self.shared.end_attempts_nowait(&[(
+            claimed,
+            super::worker::Ending::Failed {
                 reason,
-            })?;
+                retryable: true,
+            },
+        )])?;
         self.acknowledged(lsn).await?;
         Ok(done[0])
     }

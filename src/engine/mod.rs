@@ -16,6 +16,7 @@ mod asynch;
 #[cfg(feature = "async")]
 pub use asynch::ClaimedStream;
 mod compactor;
+mod dead;
 mod erased;
 mod ids;
 mod recovery;
@@ -148,7 +149,7 @@ impl Engine {
         let open_started_ms = clock.now_ms();
         let options = WalOptions {
             segment_bytes: config.segment_bytes,
-            record_bytes_max: u32::try_from(crate::record::schedule_record_bytes_max(&config))
+            record_bytes_max: u32::try_from(crate::record::record_bytes_max(&config))
                 .expect("validated"),
             durability: config.durability,
             recovery_mode: config.recovery_mode,
@@ -275,10 +276,16 @@ impl Engine {
                 id: JobId(0),
                 due_ms,
                 created_ms: now_ms,
-                tenant: 0,
+                tenant: spec.tenant,
                 shard: 0,
-                flags: if spec.binary { FLAG_BINARY_PAYLOAD } else { 0 },
-                max_attempts: 0,
+                flags: if spec.binary { FLAG_BINARY_PAYLOAD } else { 0 }
+                    | if spec.backoff.is_some() {
+                        crate::record::FLAG_BACKOFF
+                    } else {
+                        0
+                    },
+                max_attempts: spec.max_attempts,
+                backoff: spec.backoff.map(|b| (b.base_ms, b.cap_ms)),
                 payload: &spec.payload,
             })
             .encode(&mut body);
@@ -362,7 +369,7 @@ impl Engine {
                     // Durable, folded into a bucket beyond the horizon and read back from it
                     // (by a load or a call naming it) before this commit got here: memory
                     // holds it already.
-                    if state.jobs.contains_key(&s.id) {
+                    if state.jobs.contains_key(&s.id) || state.dead.contains_key(&s.id) {
                         continue;
                     }
                     earliest = earliest.min(s.due_ms);
@@ -724,6 +731,8 @@ impl Shared {
             completed: state.counters.completed,
             cancelled: state.counters.cancelled,
             failed: state.counters.failed,
+            dead: state.dead.len() as u64,
+            retried: state.counters.retried,
             fired: state.counters.fired,
             claimed: state.counters.claimed,
             redelivered: state.counters.redelivered,
@@ -845,6 +854,23 @@ impl Shared {
 
     /// Checks a spec against the limits; returns its due time.
     fn validate(&self, spec: &JobSpec, now_ms: u64) -> Result<u64> {
+        if spec.max_attempts > self.config.max_attempts_max {
+            return Err(Error::invalid(
+                "max_attempts",
+                format!(
+                    "{}; at most Config::max_attempts_max ({})",
+                    spec.max_attempts, self.config.max_attempts_max
+                ),
+            ));
+        }
+        if let Some(b) = spec.backoff
+            && (b.base_ms > b.cap_ms || b.cap_ms == 0)
+        {
+            return Err(Error::invalid(
+                "backoff",
+                "base_ms must be at most cap_ms, and cap_ms positive",
+            ));
+        }
         if spec.payload.len() > self.config.payload_bytes_max {
             return Err(Error::invalid(
                 "payload",

@@ -12,10 +12,14 @@
 
 use crossbeam_channel::Sender;
 
-use super::table::{Counters, IdSet, Job, JobMap, Payload};
-use crate::job::{Claimed, JobId, JobInfo, JobQuery, JobState};
-use crate::record::{Event, FLAG_BINARY_PAYLOAD};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::table::{Counters, Dead, Extra, ExtraMap, IdSet, Job, JobMap, Payload};
+use crate::job::{Claimed, DeadJob, JobId, JobInfo, JobQuery, JobState};
+use crate::record::{BURY_EXPIRED, Event, FLAG_BINARY_PAYLOAD, RETRY_FAILED};
 use crate::store::bucket::StoredJob;
+use crate::store::compact::FarJob;
 use crate::wheel::TimingWheel;
 
 /// Whether a record is applied by a live call or by replay: replay keeps no timers (they are
@@ -57,6 +61,10 @@ pub(crate) struct State {
     /// Jobs finished whose copy in a bucket beyond the horizon is still there (the finish is
     /// not folded yet): a load of that bucket skips them.
     pub far_gone: IdSet,
+    /// Tenants, retry policies and failure reasons of the live jobs that have any.
+    pub extra: ExtraMap,
+    /// The dead-letter set.
+    pub dead: BTreeMap<JobId, Dead>,
 }
 
 /// Index of a state in `State::in_state`.
@@ -116,6 +124,8 @@ impl State {
             draining: false,
             non_resident: 0,
             far_gone: IdSet::default(),
+            extra: ExtraMap::default(),
+            dead: BTreeMap::new(),
         }
     }
 
@@ -143,7 +153,7 @@ impl State {
         match *event {
             Event::ReserveIds { .. } => Ok(()),
             Event::Schedule(ref s) => {
-                if self.jobs.contains_key(&s.id) {
+                if self.jobs.contains_key(&s.id) || self.dead.contains_key(&s.id) {
                     return Err("job scheduled twice");
                 }
                 self.insert_scheduled(
@@ -153,10 +163,20 @@ impl State {
                     s.flags & FLAG_BINARY_PAYLOAD != 0,
                     live,
                 );
+                let extra = Extra {
+                    tenant: s.tenant,
+                    max_attempts: s.max_attempts,
+                    backoff: s.backoff,
+                    last_error: None,
+                };
+                if !extra.is_empty() {
+                    self.extra.insert(s.id, extra);
+                }
                 Ok(())
             }
             Event::Cancel { id } => {
                 self.waiting(id)?;
+                self.extra.remove(&id);
                 let job = self.jobs.remove(&id).expect("checked");
                 if live {
                     assert!(matches!(job.state, JobState::Scheduled | JobState::Ready));
@@ -202,6 +222,8 @@ impl State {
                     return Err("expiry of a lease the job does not hold");
                 }
                 job.lease_open = false;
+                // A lease that ran out is a failed attempt.
+                job.failures = job.failures.saturating_add(1);
                 if live {
                     assert_eq!(
                         job.state,
@@ -255,11 +277,133 @@ impl State {
                 self.claim_wait_us.saturating_record(wait_us.max(1));
                 Ok(())
             }
-            Event::Complete { id, attempt } | Event::Fail { id, attempt, .. } => {
-                let job = self.jobs.get(&id).ok_or("finish of an unknown job")?;
-                if !job.lease_open || job.attempt != attempt {
-                    return Err("finish by an attempt that does not hold the lease");
+            Event::Retry {
+                id,
+                attempt,
+                flags,
+                due_ms,
+                reason,
+            } => {
+                self.holding(id, attempt)?;
+                let now_ms = self.now_ms;
+                if flags & RETRY_FAILED != 0 {
+                    let e = self.extra.entry(id).or_default();
+                    e.last_error = Some(Arc::from(reason));
                 }
+                self.counters.retried += 1;
+                let job = self.jobs.get_mut(&id).expect("checked");
+                job.lease_open = false;
+                job.due_ms = due_ms;
+                if flags & RETRY_FAILED != 0 {
+                    job.failures = job.failures.saturating_add(1);
+                }
+                if !live {
+                    // Replay's `Running` means leased in the log; waiting again now.
+                    job.state = JobState::Scheduled;
+                    self.count(Some(JobState::Running), Some(JobState::Scheduled));
+                    return Ok(());
+                }
+                let from = job.state;
+                assert!(
+                    matches!(from, JobState::Running | JobState::Ready),
+                    "a retry of job {id} in {from:?}, checked first"
+                );
+                if let Some(key) = job.timer.take() {
+                    self.leases.cancel(key);
+                }
+                job.state = JobState::Scheduled;
+                job.timer = Some(self.due.insert(due_ms.max(now_ms), id.0));
+                self.count(Some(from), Some(JobState::Scheduled));
+                Ok(())
+            }
+            Event::Bury {
+                id,
+                attempt,
+                flags,
+                at_ms,
+                reason,
+            } => {
+                self.holding(id, attempt)?;
+                let job = self.jobs.remove(&id).expect("checked");
+                if live {
+                    assert!(matches!(job.state, JobState::Running | JobState::Ready));
+                    self.drop_timer(&job);
+                }
+                let mut extra = self.extra.remove(&id).unwrap_or_default();
+                extra.last_error = None;
+                self.count(Some(job.state), None);
+                self.counters.failed += 1;
+                self.dead.insert(
+                    id,
+                    Dead {
+                        due_ms: job.due_ms,
+                        attempt: job.attempt,
+                        failures: job.failures.saturating_add(1),
+                        died_at_ms: at_ms,
+                        expired: flags & BURY_EXPIRED != 0,
+                        reason: Arc::from(reason),
+                        binary: job.binary,
+                        payload: job.payload,
+                        extra,
+                        busy: false,
+                        far_copy: job.far_copy,
+                    },
+                );
+                Ok(())
+            }
+            Event::Extend {
+                id,
+                attempt,
+                lease_until_ms,
+            } => {
+                self.holding(id, attempt)?;
+                if !live {
+                    return Ok(());
+                }
+                let job = self.jobs.get_mut(&id).expect("checked");
+                assert_eq!(
+                    job.state,
+                    JobState::Running,
+                    "extend of job {id} checked first"
+                );
+                job.at_ms = lease_until_ms;
+                let key = job.timer.take().expect("a running job has a lease timer");
+                let moved = self.leases.reschedule(key, lease_until_ms);
+                assert!(moved, "the lease timer of job {id} is live");
+                self.jobs.get_mut(&id).expect("present").timer = Some(key);
+                Ok(())
+            }
+            Event::Requeue { id, due_ms } => {
+                if self.jobs.contains_key(&id) {
+                    return Err("requeue of a job that is not dead");
+                }
+                let dead = self
+                    .dead
+                    .remove(&id)
+                    .ok_or("requeue of a job that is not dead")?;
+                self.insert_scheduled(id, due_ms, dead.payload, dead.binary, live);
+                let job = self.jobs.get_mut(&id).expect("inserted");
+                job.attempt = dead.attempt;
+                job.far_copy = dead.far_copy;
+                if !dead.extra.is_empty() {
+                    self.extra.insert(id, dead.extra);
+                }
+                Ok(())
+            }
+            Event::Purge { id } => {
+                let dead = self
+                    .dead
+                    .remove(&id)
+                    .ok_or("purge of a job that is not dead")?;
+                if dead.far_copy {
+                    self.far_gone.insert(id);
+                }
+                Ok(())
+            }
+            Event::Complete { id, attempt } | Event::Fail { id, attempt, .. } => {
+                self.holding(id, attempt)
+                    .map_err(|_| "finish by an attempt that does not hold the lease")?;
+                self.extra.remove(&id);
                 let job = self.jobs.remove(&id).expect("checked");
                 if live {
                     assert!(matches!(job.state, JobState::Running | JobState::Ready));
@@ -283,11 +427,42 @@ impl State {
     /// folded into the file left it (waiting, or leased by `attempt`), exactly as replay of
     /// those records would have. Refuses a job already there.
     pub fn restore(&mut self, job: &StoredJob) -> Result<(), &'static str> {
-        if self.jobs.contains_key(&job.id) {
+        if self.jobs.contains_key(&job.id) || self.dead.contains_key(&job.id) {
             return Err("job restored twice");
         }
         if job.leased && job.attempt == 0 {
             return Err("job leased by attempt 0");
+        }
+        let extra = Extra {
+            tenant: job.tenant,
+            max_attempts: job.max_attempts,
+            backoff: job.backoff,
+            last_error: job.last_error.as_deref().map(Arc::from),
+        };
+        if let Some((died_at_ms, expired)) = job.dead {
+            if job.leased {
+                return Err("dead job with an open lease");
+            }
+            self.dead.insert(
+                job.id,
+                Dead {
+                    due_ms: job.due_ms,
+                    attempt: job.attempt,
+                    failures: job.failures,
+                    died_at_ms,
+                    expired,
+                    reason: extra.last_error.clone().unwrap_or_else(|| Arc::from("")),
+                    binary: job.flags & FLAG_BINARY_PAYLOAD != 0,
+                    payload: Payload::new(&job.payload),
+                    extra: Extra {
+                        last_error: None,
+                        ..extra
+                    },
+                    busy: false,
+                    far_copy: false,
+                },
+            );
+            return Ok(());
         }
         self.insert_scheduled(
             job.id,
@@ -296,8 +471,12 @@ impl State {
             job.flags & FLAG_BINARY_PAYLOAD != 0,
             false,
         );
+        if !extra.is_empty() {
+            self.extra.insert(job.id, extra);
+        }
         let entry = self.jobs.get_mut(&job.id).expect("inserted");
         entry.attempt = job.attempt;
+        entry.failures = job.failures;
         if job.leased {
             // Replay's `Running` means leased in the log.
             entry.lease_open = true;
@@ -312,19 +491,22 @@ impl State {
     /// or `get` reads it back from there, and the bucket's load puts it back on the wheel.
     /// Returns whether it was dropped (a job that changed since, is being changed, or is not
     /// waiting on the due wheel stays).
-    pub fn evict(&mut self, id: JobId, due_ms: u64, attempt: u32, leased: bool) -> bool {
-        let Some(job) = self.jobs.get(&id) else {
+    pub fn evict(&mut self, far: &FarJob) -> bool {
+        let Some(job) = self.jobs.get(&far.id) else {
             return false;
         };
         if job.state != JobState::Scheduled
             || job.busy
             || job.lease_open
-            || leased
-            || job.due_ms != due_ms
-            || job.attempt != attempt
+            || far.leased
+            || job.due_ms != far.due_ms
+            || job.attempt != far.attempt
+            || job.failures != far.failures
         {
             return false;
         }
+        let id = far.id;
+        self.extra.remove(&id);
         let job = self.jobs.remove(&id).expect("checked");
         self.drop_timer(&job);
         self.count(Some(JobState::Scheduled), None);
@@ -337,10 +519,11 @@ impl State {
     /// others it holds as having a far copy, and remembers the ones it no longer holds (they
     /// finished since the records the pass read), so that a load of their bucket skips them.
     /// Returns how many it let go.
-    pub fn after_pass(&mut self, jobs: &[(JobId, u64, u32, bool)]) -> u64 {
+    pub fn after_pass(&mut self, jobs: &[FarJob]) -> u64 {
         let mut evicted = 0;
-        for &(id, due_ms, attempt, leased) in jobs {
-            if self.evict(id, due_ms, attempt, leased) {
+        for far in jobs {
+            let id = far.id;
+            if self.evict(far) {
                 evicted += 1;
             } else if let Some(job) = self.jobs.get_mut(&id) {
                 job.far_copy = true;
@@ -357,6 +540,10 @@ impl State {
         if self.far_gone.remove(&job.id) {
             return false;
         }
+        if let Some(d) = self.dead.get_mut(&job.id) {
+            d.far_copy = false;
+            return false;
+        }
         if let Some(j) = self.jobs.get_mut(&job.id) {
             j.far_copy = false;
             return false;
@@ -370,9 +557,13 @@ impl State {
     /// or because a call or replay needs it): like [`State::restore`], armed when `live`.
     /// Does nothing for a job memory holds already (memory is newer).
     pub fn fault_in(&mut self, job: &StoredJob, live: bool) -> bool {
-        if self.jobs.contains_key(&job.id) || self.far_gone.contains(&job.id) {
+        if self.jobs.contains_key(&job.id)
+            || self.dead.contains_key(&job.id)
+            || self.far_gone.contains(&job.id)
+        {
             return false;
         }
+        assert!(job.dead.is_none(), "a dead job is never beyond the horizon");
         self.restore(job).expect("checked absent");
         assert!(self.non_resident > 0, "a job kept on disk was counted");
         self.non_resident -= 1;
@@ -397,6 +588,15 @@ impl State {
             }
         }
         true
+    }
+
+    /// A job whose lease `attempt` holds in the log: what finishing it needs.
+    fn holding(&self, id: JobId, attempt: u32) -> Result<(), &'static str> {
+        match self.jobs.get(&id) {
+            Some(j) if j.lease_open && j.attempt == attempt => Ok(()),
+            Some(_) => Err("end of a lease the attempt does not hold"),
+            None => Err("end of a lease of an unknown job"),
+        }
     }
 
     /// A job the log has waiting (not leased): what cancel and reschedule need.
@@ -434,6 +634,7 @@ impl State {
             Job {
                 due_ms,
                 attempt: 0,
+                failures: 0,
                 state: JobState::Scheduled,
                 lease_open: false,
                 busy: false,
@@ -505,19 +706,26 @@ impl State {
 
     /// Whether any of `ids` is being changed by a call appending outside the lock.
     pub fn any_busy(&self, ids: impl IntoIterator<Item = JobId>) -> bool {
-        ids.into_iter()
-            .any(|id| self.jobs.get(&id).is_some_and(|j| j.busy))
+        ids.into_iter().any(|id| {
+            self.jobs.get(&id).is_some_and(|j| j.busy) || self.dead.get(&id).is_some_and(|d| d.busy)
+        })
     }
 
-    /// Marks or unmarks jobs a call appends changes of outside the lock.
+    /// Marks or unmarks jobs a call appends changes of outside the lock (live or dead).
     pub fn set_busy(&mut self, ids: &[JobId], busy: bool) {
         for id in ids {
-            let job = self
-                .jobs
-                .get_mut(id)
-                .expect("a busy job stays until its call applies");
-            assert_ne!(job.busy, busy, "one call at a time changes a job");
-            job.busy = busy;
+            let flag = match self.jobs.get_mut(id) {
+                Some(job) => &mut job.busy,
+                None => {
+                    &mut self
+                        .dead
+                        .get_mut(id)
+                        .expect("a busy job stays until its call applies")
+                        .busy
+                }
+            };
+            assert_ne!(*flag, busy, "one call at a time changes a job");
+            *flag = busy;
         }
     }
 
@@ -679,13 +887,50 @@ impl State {
     }
 
     pub fn info(&self, id: JobId) -> Option<JobInfo> {
+        let extra = self.extra.get(&id);
         self.jobs.get(&id).map(|j| JobInfo {
             id,
             state: j.state,
             due_ms: j.due_ms,
             attempt: j.attempt,
+            failures: j.failures,
+            last_error: extra.and_then(|e| e.last_error.clone()),
+            tenant: extra.map_or(0, |e| e.tenant),
             payload: j.payload.to_shared(),
         })
+    }
+
+    /// A job of the dead-letter set, as callers see it.
+    pub fn dead_info(&self, id: JobId) -> Option<DeadJob> {
+        self.dead.get(&id).map(|d| DeadJob {
+            id,
+            tenant: d.extra.tenant,
+            due_ms: d.due_ms,
+            attempt: d.attempt,
+            failures: d.failures,
+            died_at_ms: d.died_at_ms,
+            reason: d.reason.clone(),
+            expired: d.expired,
+            payload: d.payload.to_shared(),
+            binary: d.binary,
+        })
+    }
+
+    /// The retry policy of a live job: its own, else `default`.
+    pub fn policy(&self, id: JobId, default: crate::RetryPolicy) -> crate::RetryPolicy {
+        match self.extra.get(&id) {
+            None => default,
+            Some(e) => crate::RetryPolicy {
+                max_attempts: if e.max_attempts == 0 {
+                    default.max_attempts
+                } else {
+                    e.max_attempts
+                },
+                backoff: e
+                    .backoff
+                    .map_or(default.backoff, |(b, c)| crate::Backoff::new(b, c)),
+            },
+        }
     }
 }
 

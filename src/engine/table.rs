@@ -13,6 +13,9 @@ pub(crate) struct Job {
     pub due_ms: u64,
     /// Deliveries so far: the attempt of the newest claim (0 before the first).
     pub attempt: u32,
+    /// Failed attempts (a retryable fail, a lease that ran out), counted against the job's
+    /// `max_attempts`.
+    pub failures: u32,
     pub state: JobState,
     /// The log's last word on this job is the claim of `attempt`, with no expiry after it:
     /// the job is `Running`, or its lease ran out in memory (then it is `Ready` again, and the
@@ -31,6 +34,42 @@ pub(crate) struct Job {
     pub timer: Option<TimerKey>,
     /// `Ready`: when it entered the ready queue. `Running`: when its lease runs out.
     pub at_ms: u64,
+}
+
+/// What few jobs have: a tenant, a retry policy of their own, a failure's reason. Kept beside
+/// the table (in `State::extra`), only for the jobs that have any of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Extra {
+    pub tenant: u32,
+    /// 0: the engine's default.
+    pub max_attempts: u32,
+    pub backoff: Option<(u32, u32)>,
+    pub last_error: Option<Arc<str>>,
+}
+
+impl Extra {
+    pub fn is_empty(&self) -> bool {
+        *self == Extra::default()
+    }
+}
+
+/// A job in the dead-letter set.
+#[derive(Debug)]
+pub(crate) struct Dead {
+    pub due_ms: u64,
+    pub attempt: u32,
+    pub failures: u32,
+    pub died_at_ms: u64,
+    pub expired: bool,
+    pub reason: Arc<str>,
+    pub binary: bool,
+    pub payload: Payload,
+    /// Tenant and retry policy (the reason is `reason`).
+    pub extra: Extra,
+    /// A live call is appending a requeue or purge of it.
+    pub busy: bool,
+    /// Like `Job::far_copy`.
+    pub far_copy: bool,
 }
 
 /// A job's payload. Short ones (most: an order id, a key) live inside the job, so scheduling
@@ -85,6 +124,8 @@ pub(crate) struct Counters {
     pub redelivered: u64,
     /// Ready jobs nobody claimed within the lease, queued again.
     pub requeued: u64,
+    /// Failed attempts followed by a retry, since open.
+    pub retried: u64,
 }
 
 /// The hash of a job id. Ids are handed out in sequence, so the id's sequence number
@@ -115,4 +156,5 @@ impl Hasher for IdHasher {
 }
 
 pub(crate) type JobMap = HashMap<JobId, Job, BuildHasherDefault<IdHasher>>;
+pub(crate) type ExtraMap = HashMap<JobId, Extra, BuildHasherDefault<IdHasher>>;
 pub(crate) type IdSet = std::collections::HashSet<JobId, BuildHasherDefault<IdHasher>>;

@@ -125,46 +125,185 @@ impl Engine {
     /// Completes many claimed jobs with one log append and one durability wait: how a busy
     /// worker keeps up with a burst. Returns, for each, what [`Engine::complete`] would.
     pub fn complete_batch(&self, claimed: &[Claimed]) -> Result<Vec<bool>> {
-        self.shared.finish_batch(claimed, |c| Event::Complete {
-            id: c.id,
-            attempt: c.attempt,
-        })
-    }
-
-    /// Records that a claimed job failed, durably, and finishes it. Returns `false` like
-    /// [`Engine::complete`]. (Retries with backoff and dead letters come later.)
-    pub fn fail(&self, claimed: &Claimed, reason: &str) -> Result<bool> {
-        let sh = &*self.shared;
-        sh.check_reason(reason)?;
-        Ok(
-            sh.finish_batch(std::slice::from_ref(claimed), |c| Event::Fail {
+        self.shared
+            .finish_batch(claimed, |c, _, _| Event::Complete {
                 id: c.id,
                 attempt: c.attempt,
+            })
+    }
+
+    /// Records that a claimed job's attempt failed, durably, with a reason (at most
+    /// `Config::fail_reason_bytes_max` bytes). The failure is retryable: if the job's retry
+    /// policy (its own, or `Config::retry`) allows another attempt, the job waits for its
+    /// backoff and fires again; after its last allowed attempt it is dead, in the dead-letter
+    /// set ([`Engine::dead_letters`]). The failure and the retry (or the burial) are one
+    /// record. Returns `false` like [`Engine::complete`].
+    ///
+    /// ```
+    /// # fn main() -> timewheel::Result<()> {
+    /// # let dir = std::env::temp_dir().join(format!("timewheel-doc-fail-{}", std::process::id()));
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use timewheel::{Backoff, Config, Engine, JobSpec, ManualClock};
+    ///
+    /// let clock = Arc::new(ManualClock::new(1_000_000));
+    /// let engine = Engine::open_with_clock(Config::new(&dir), clock.clone())?;
+    /// let id = engine.schedule(
+    ///     JobSpec::at(1_000_000)
+    ///         .max_attempts(2)
+    ///         .backoff(Backoff::new(100, 1_000)),
+    /// )?;
+    /// let job = engine.next(Duration::from_secs(5))?.expect("due now");
+    /// assert!(engine.fail(&job, "upstream said 503")?);
+    /// // Tried again within the backoff's first ceiling (100 ms, full jitter).
+    /// let info = engine.get(id).expect("still live");
+    /// assert!(info.due_ms <= 1_000_100);
+    /// assert_eq!(info.failures, 1);
+    /// clock.advance(100);
+    /// let again = engine.next(Duration::from_secs(5))?.expect("retried");
+    /// assert_eq!(again.attempt, 2);
+    /// // The second failure was the last allowed: dead, and kept.
+    /// assert!(engine.fail(&again, "still 503")?);
+    /// assert!(engine.get(id).is_none());
+    /// let dead = engine.dead_letter(id).expect("in the dead-letter set");
+    /// assert_eq!((dead.failures, &*dead.reason), (2, "still 503"));
+    /// # drop(engine);
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fail(&self, claimed: &Claimed, reason: &str) -> Result<bool> {
+        self.end_attempts(&[(
+            claimed,
+            Ending::Failed {
                 reason,
-            })?[0],
-        )
+                retryable: true,
+            },
+        )])
+        .map(|v| v[0])
+    }
+
+    /// Records that a claimed job failed in a way no retry can mend: it goes straight to the
+    /// dead-letter set with `reason`, whatever attempts it had left. Returns `false` like
+    /// [`Engine::complete`].
+    pub fn fail_permanently(&self, claimed: &Claimed, reason: &str) -> Result<bool> {
+        self.end_attempts(&[(
+            claimed,
+            Ending::Failed {
+                reason,
+                retryable: false,
+            },
+        )])
+        .map(|v| v[0])
+    }
+
+    /// Ends a claimed job's attempt without a failure and has it fire again at `due_ms` (a
+    /// worker that finds it is too early: "try again in ten minutes"). It does not count
+    /// against `max_attempts`; the next delivery is attempt + 1. Returns `false` like
+    /// [`Engine::complete`].
+    pub fn retry_at(&self, claimed: &Claimed, due_ms: u64) -> Result<bool> {
+        self.shared
+            .validate_due(due_ms, self.shared.clock.now_ms())?;
+        self.end_attempts(&[(claimed, Ending::RetryAt { due_ms })])
+            .map(|v| v[0])
+    }
+
+    /// Extends the lease of a running job to `lease` from now, durably: a worker on a long
+    /// job calls it before `lease_until_ms`, so that the job is not delivered again meanwhile.
+    /// Returns the new `lease_until_ms`, or `None` when the claim is no longer the job's
+    /// newest, or its lease ran out already (then the job may be delivered again: finish it if
+    /// you can, `complete` still takes it until someone claims it).
+    pub fn extend_lease(&self, claimed: &Claimed, lease: Duration) -> Result<Option<u64>> {
+        let sh = &*self.shared;
+        sh.check_open()?;
+        let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+        if lease_ms == 0 || lease_ms > sh.config.due_ahead_ms_max {
+            return Err(Error::invalid(
+                "lease",
+                "from 1 ms to Config::due_ahead_ms_max",
+            ));
+        }
+        let state = sh.settle(sh.lock_state(), std::iter::once(claimed.id));
+        let running = state.jobs.get(&claimed.id).is_some_and(|j| {
+            j.state == JobState::Running && j.lease_open && j.attempt == claimed.attempt
+        });
+        if !running {
+            return Ok(None);
+        }
+        let until = state.now_ms.max(sh.clock.now_ms()).saturating_add(lease_ms);
+        let mut plan = Plan::default();
+        plan.push(&Event::Extend {
+            id: claimed.id,
+            attempt: claimed.attempt,
+            lease_until_ms: until,
+        });
+        let (appended, _state) = sh.append_apply(state, &plan, &[claimed.id]);
+        let lsn = appended?;
+        sh.wait_acknowledged(lsn)?;
+        Ok(Some(until))
+    }
+
+    fn end_attempts(&self, items: &[(&Claimed, Ending<'_>)]) -> Result<Vec<bool>> {
+        let (done, lsn) = self.shared.end_attempts_nowait(items)?;
+        if let Some(lsn) = lsn {
+            self.shared.wait_acknowledged(lsn)?;
+        }
+        Ok(done)
     }
 }
 
 impl Engine {
-    /// Records that many claimed jobs failed, with one log append and one durability wait;
-    /// for each, what [`Engine::fail`] would return. A reason over the limit refuses the whole
-    /// batch and writes nothing.
-    pub fn fail_batch(&self, failed: &[(Claimed, String)]) -> Result<Vec<bool>> {
-        let sh = &*self.shared;
-        for (_, reason) in failed {
-            sh.check_reason(reason)?;
-        }
-        let claimed: Vec<Claimed> = failed.iter().map(|(c, _)| c.clone()).collect();
-        let reasons: std::collections::HashMap<(JobId, u32), &str> = failed
+    /// Fails many claimed jobs, each retryable or not, with one durability wait (the
+    /// sidecar's runs of `fail`).
+    pub(crate) fn fail_each(&self, items: &[(Claimed, &str, bool)]) -> Result<Vec<bool>> {
+        let items: Vec<(&Claimed, Ending<'_>)> = items
             .iter()
-            .map(|(c, r)| ((c.id, c.attempt), r.as_str()))
+            .map(|(c, reason, retryable)| {
+                (
+                    c,
+                    Ending::Failed {
+                        reason,
+                        retryable: *retryable,
+                    },
+                )
+            })
             .collect();
-        sh.finish_batch(&claimed, |c| Event::Fail {
-            id: c.id,
-            attempt: c.attempt,
-            reason: reasons[&(c.id, c.attempt)],
-        })
+        self.end_attempts(&items)
+    }
+
+    /// The engine's clock (the sidecar's `delay_ms`).
+    pub(crate) fn clock_now_ms(&self) -> u64 {
+        self.shared.clock.now_ms()
+    }
+}
+
+/// How a worker ends an attempt other than by completing it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Ending<'a> {
+    /// It failed: retried if `retryable` and the policy allows, dead otherwise.
+    Failed { reason: &'a str, retryable: bool },
+    /// Fire again at `due_ms`, not counted as a failure.
+    RetryAt { due_ms: u64 },
+}
+
+impl Engine {
+    /// Records that many claimed jobs failed (retryable, as [`Engine::fail`]), with one log
+    /// append and one durability wait; for each, what [`Engine::fail`] would return. A reason
+    /// over the limit refuses the whole batch and writes nothing.
+    pub fn fail_batch(&self, failed: &[(Claimed, String)]) -> Result<Vec<bool>> {
+        let items: Vec<(&Claimed, Ending<'_>)> = failed
+            .iter()
+            .map(|(c, r)| {
+                (
+                    c,
+                    Ending::Failed {
+                        reason: r.as_str(),
+                        retryable: true,
+                    },
+                )
+            })
+            .collect();
+        self.end_attempts(&items)
     }
 }
 
@@ -196,6 +335,23 @@ impl Shared {
                         continue;
                     }
                 };
+                // The lease ran out on the last attempt the job's policy allows: that failure
+                // makes it dead instead of delivered again.
+                if job.lease_open
+                    && job.failures.saturating_add(1)
+                        >= state.policy(id, sh.config.retry).max_attempts
+                {
+                    plan.push(&Event::Bury {
+                        id,
+                        attempt: job.attempt,
+                        flags: crate::record::BURY_EXPIRED,
+                        at_ms: now_ms,
+                        reason: "the lease ran out on the last attempt allowed",
+                    });
+                    ready_at.push(None);
+                    marked.push(id);
+                    continue;
+                }
                 if job.lease_open {
                     plan.push(&Event::Expire {
                         id,
@@ -240,10 +396,61 @@ impl Shared {
         Ok(())
     }
 
+    /// Ends attempts like [`Engine::fail`], [`Engine::fail_permanently`] and
+    /// [`Engine::retry_at`], without waiting: also returns the LSN to acknowledge.
+    pub(crate) fn end_attempts_nowait(
+        &self,
+        items: &[(&Claimed, Ending<'_>)],
+    ) -> Result<(Vec<bool>, Option<Lsn>)> {
+        for (_, ending) in items {
+            if let Ending::Failed { reason, .. } = ending {
+                self.check_reason(reason)?;
+            }
+        }
+        let seed = self.config.retry_seed;
+        let default = self.config.retry;
+        let claimed: Vec<Claimed> = items.iter().map(|(c, _)| (*c).clone()).collect();
+        let endings: std::collections::HashMap<(JobId, u32), Ending<'_>> =
+            items.iter().map(|(c, e)| ((c.id, c.attempt), *e)).collect();
+        self.finish_batch_nowait(&claimed, |c, state, now_ms| {
+            match endings[&(c.id, c.attempt)] {
+                Ending::RetryAt { due_ms } => Event::Retry {
+                    id: c.id,
+                    attempt: c.attempt,
+                    flags: 0,
+                    due_ms,
+                    reason: "",
+                },
+                Ending::Failed { reason, retryable } => {
+                    let failures = state.jobs[&c.id].failures.saturating_add(1);
+                    let policy = state.policy(c.id, default);
+                    if retryable && failures < policy.max_attempts {
+                        let wait = policy.backoff.delay_ms(failures, c.id.0, seed);
+                        Event::Retry {
+                            id: c.id,
+                            attempt: c.attempt,
+                            flags: crate::record::RETRY_FAILED,
+                            due_ms: now_ms.saturating_add(wait),
+                            reason,
+                        }
+                    } else {
+                        Event::Bury {
+                            id: c.id,
+                            attempt: c.attempt,
+                            flags: 0,
+                            at_ms: now_ms,
+                            reason,
+                        }
+                    }
+                }
+            }
+        })
+    }
+
     fn finish_batch<'r>(
         &self,
         claimed: &[Claimed],
-        event: impl Fn(&Claimed) -> Event<'r>,
+        event: impl Fn(&Claimed, &super::state::State, u64) -> Event<'r>,
     ) -> Result<Vec<bool>> {
         let (done, lsn) = self.finish_batch_nowait(claimed, event)?;
         if let Some(lsn) = lsn {
@@ -256,7 +463,7 @@ impl Shared {
     pub(crate) fn finish_batch_nowait<'r>(
         &self,
         claimed: &[Claimed],
-        event: impl Fn(&Claimed) -> Event<'r>,
+        event: impl Fn(&Claimed, &super::state::State, u64) -> Event<'r>,
     ) -> Result<(Vec<bool>, Option<Lsn>)> {
         self.check_open()?;
         // A batch may name a job twice; only the first finish counts.
@@ -267,10 +474,19 @@ impl Shared {
             let mut plan = Plan::default();
             let mut marked = Vec::with_capacity(chunk.len());
             let state = self.settle(self.lock_state(), chunk.iter().map(|c| c.id));
+            // The time of a retry or burial; a finish does not move the engine's time (only
+            // the calls that arm timers do).
+            let now_ms = state.now_ms.max(self.clock.now_ms());
+            // The earliest retry planned: the timer thread may sleep past it.
+            let mut earliest = u64::MAX;
             for c in chunk {
                 let ok = state.can_finish(c.id, c.attempt) && seen.insert(c.id);
                 if ok {
-                    plan.push(&event(c));
+                    let e = event(c, &state, now_ms);
+                    if let Event::Retry { due_ms, .. } = e {
+                        earliest = earliest.min(due_ms);
+                    }
+                    plan.push(&e);
                     marked.push(c.id);
                 }
                 done.push(ok);
@@ -280,6 +496,9 @@ impl Shared {
             }
             let (appended, state) = self.append_apply(state, &plan, &marked);
             last_lsn = Some(appended?);
+            if earliest < state.sleeping_until_ms {
+                self.wake.notify_all();
+            }
             if state.draining && state.in_state[state_index(JobState::Running)] == 0 {
                 self.finished.notify_all();
             }

@@ -30,12 +30,45 @@ pub enum Request {
     /// delivery than the one the client worked on).
     Complete(JobId, Option<u32>),
     /// `{"op":"fail","id":"ID","error":"text"}`; a missing `error` is an empty reason. Takes
-    /// `"attempt"` like `Complete`.
-    Fail(JobId, String, Option<u32>),
+    /// `"attempt"` like `Complete`, and `"retryable":true` to have the job retried under its
+    /// retry policy (without it the job goes to the dead-letter set, as before retries).
+    Fail(JobId, String, Option<u32>, bool),
+    /// `{"op":"retry","id":"ID","due_ms":T}` (or `"delay_ms"`): ends the delivery without a
+    /// failure, the job fires again then. Takes `"attempt"`.
+    Retry(JobId, RetryWhen, Option<u32>),
+    /// `{"op":"extend","id":"ID","lease_ms":L}`: the lease of the held delivery runs until L ms
+    /// from now. Takes `"attempt"`.
+    Extend(JobId, u64, Option<u32>),
+    /// `{"op":"dlq_list"}`, with optional `"tenant"`, `"after"` (an id) and `"limit"`.
+    DlqList(crate::job::DeadQuery),
+    /// `{"op":"dlq_requeue","id":"ID"}` or `"ids":[...]`.
+    DlqRequeue(Vec<JobId>),
+    /// `{"op":"dlq_purge"}` with `"id"`, `"ids"`, `"tenant"` or `"all":true`.
+    DlqPurge(Purge),
     /// `{"op":"stats"}`.
     Stats,
     /// `{"op":"shutdown"}`.
     Shutdown,
+}
+
+/// When a `retry` fires again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryWhen {
+    /// At this time.
+    At(u64),
+    /// This many ms from now.
+    After(u64),
+}
+
+/// What a `dlq_purge` forgets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Purge {
+    /// These dead jobs.
+    Ids(Vec<JobId>),
+    /// Every dead job of a tenant.
+    Tenant(u32),
+    /// Every dead job.
+    All,
 }
 
 /// A parsed line: the `req` to echo (`null` when absent or unreadable) and the request or the
@@ -109,6 +142,15 @@ struct Fields {
     payload_b64: Option<Value>,
     attempt: Option<Value>,
     error: Option<Value>,
+    retryable: Option<Value>,
+    max_attempts: Option<Value>,
+    backoff: Option<Value>,
+    tenant: Option<Value>,
+    lease_ms: Option<Value>,
+    ids: Option<Value>,
+    after: Option<Value>,
+    limit: Option<Value>,
+    all: Option<Value>,
 }
 
 impl Fields {
@@ -122,6 +164,15 @@ impl Fields {
             Key::PayloadB64 => self.payload_b64.as_ref(),
             Key::Attempt => self.attempt.as_ref(),
             Key::Error => self.error.as_ref(),
+            Key::Retryable => self.retryable.as_ref(),
+            Key::MaxAttempts => self.max_attempts.as_ref(),
+            Key::Backoff => self.backoff.as_ref(),
+            Key::Tenant => self.tenant.as_ref(),
+            Key::LeaseMs => self.lease_ms.as_ref(),
+            Key::Ids => self.ids.as_ref(),
+            Key::After => self.after.as_ref(),
+            Key::Limit => self.limit.as_ref(),
+            Key::All => self.all.as_ref(),
             Key::Req | Key::Other => None,
         }
     }
@@ -144,6 +195,15 @@ impl Top {
             Key::PayloadB64 => &mut f.payload_b64,
             Key::Attempt => &mut f.attempt,
             Key::Error => &mut f.error,
+            Key::Retryable => &mut f.retryable,
+            Key::MaxAttempts => &mut f.max_attempts,
+            Key::Backoff => &mut f.backoff,
+            Key::Tenant => &mut f.tenant,
+            Key::LeaseMs => &mut f.lease_ms,
+            Key::Ids => &mut f.ids,
+            Key::After => &mut f.after,
+            Key::Limit => &mut f.limit,
+            Key::All => &mut f.all,
         };
         *slot = Some(value);
     }
@@ -161,6 +221,15 @@ enum Key {
     PayloadB64,
     Attempt,
     Error,
+    Retryable,
+    MaxAttempts,
+    Backoff,
+    Tenant,
+    LeaseMs,
+    Ids,
+    After,
+    Limit,
+    All,
     Other,
 }
 
@@ -176,6 +245,15 @@ impl Key {
             "payload_b64" => Key::PayloadB64,
             "attempt" => Key::Attempt,
             "error" => Key::Error,
+            "retryable" => Key::Retryable,
+            "max_attempts" => Key::MaxAttempts,
+            "backoff" => Key::Backoff,
+            "tenant" => Key::Tenant,
+            "lease_ms" => Key::LeaseMs,
+            "ids" => Key::Ids,
+            "after" => Key::After,
+            "limit" => Key::Limit,
+            "all" => Key::All,
             _ => Key::Other,
         }
     }
@@ -241,7 +319,66 @@ fn parse_object(obj: &Fields) -> Result<Request, String> {
         "fail" => {
             let id = id_field(obj)?;
             let error = opt_str(obj, "error")?.unwrap_or_default();
-            Ok(Request::Fail(id, error.to_owned(), attempt_field(obj)?))
+            let retryable = opt_bool(obj, "retryable")?.unwrap_or(false);
+            Ok(Request::Fail(
+                id,
+                error.to_owned(),
+                attempt_field(obj)?,
+                retryable,
+            ))
+        }
+        "retry" => {
+            let id = id_field(obj)?;
+            let when = match (opt_u64(obj, "due_ms")?, opt_u64(obj, "delay_ms")?) {
+                (Some(t), None) => RetryWhen::At(t),
+                (None, Some(d)) => RetryWhen::After(d),
+                (Some(_), Some(_)) => return Err("give due_ms or delay_ms, not both".into()),
+                (None, None) => return Err("missing field due_ms (or delay_ms)".into()),
+            };
+            Ok(Request::Retry(id, when, attempt_field(obj)?))
+        }
+        "extend" => {
+            let id = id_field(obj)?;
+            let lease_ms = opt_u64(obj, "lease_ms")?.ok_or("missing field lease_ms")?;
+            Ok(Request::Extend(id, lease_ms, attempt_field(obj)?))
+        }
+        "dlq_list" => {
+            let after = match obj.get("after") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(s)) => {
+                    Some(parse_id(s).ok_or_else(|| format!("field after: {s:?} is not a job id"))?)
+                }
+                Some(_) => return Err("field after: must be a string id".into()),
+            };
+            let q = crate::job::DeadQuery {
+                tenant: opt_u32(obj, "tenant")?,
+                after,
+                limit: opt_u64(obj, "limit")?
+                    .map_or(1_000, |l| usize::try_from(l).unwrap_or(usize::MAX)),
+            };
+            Ok(Request::DlqList(q))
+        }
+        "dlq_requeue" => Ok(Request::DlqRequeue(ids_field(obj)?)),
+        "dlq_purge" => {
+            let given = [
+                obj.get("id").is_some() || obj.get("ids").is_some(),
+                obj.get("tenant").is_some(),
+                obj.get("all").is_some(),
+            ];
+            if given.iter().filter(|&&g| g).count() != 1 {
+                return Err("give one of id, ids, tenant or all".into());
+            }
+            if given[0] {
+                Ok(Request::DlqPurge(Purge::Ids(ids_field(obj)?)))
+            } else if given[1] {
+                Ok(Request::DlqPurge(Purge::Tenant(
+                    opt_u32(obj, "tenant")?.ok_or("field tenant: must be a number")?,
+                )))
+            } else if opt_bool(obj, "all")? == Some(true) {
+                Ok(Request::DlqPurge(Purge::All))
+            } else {
+                Err("field all: must be true".into())
+            }
         }
         "stats" => Ok(Request::Stats),
         "shutdown" => Ok(Request::Shutdown),
@@ -250,6 +387,34 @@ fn parse_object(obj: &Fields) -> Result<Request, String> {
 }
 
 fn parse_schedule(obj: &Fields) -> Result<JobSpec, String> {
+    let mut spec = parse_schedule_due_and_payload(obj)?;
+    if let Some(t) = opt_u32(obj, "tenant")? {
+        spec = spec.tenant(t);
+    }
+    if let Some(m) = opt_u32(obj, "max_attempts")? {
+        if m == 0 {
+            return Err("field max_attempts: at least 1".into());
+        }
+        spec = spec.max_attempts(m);
+    }
+    match obj.get("backoff") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(b)) => {
+            let ms = |name: &str| match b.get(name) {
+                Some(Value::Number(n)) => n
+                    .as_u64()
+                    .and_then(|v| u32::try_from(v).ok())
+                    .ok_or_else(|| format!("field backoff.{name}: {n} is out of range")),
+                _ => Err(format!("field backoff.{name}: missing, or not a number")),
+            };
+            spec = spec.backoff(crate::job::Backoff::new(ms("base_ms")?, ms("cap_ms")?));
+        }
+        Some(_) => return Err("field backoff: must be an object {base_ms, cap_ms}".into()),
+    }
+    Ok(spec)
+}
+
+fn parse_schedule_due_and_payload(obj: &Fields) -> Result<JobSpec, String> {
     let spec = match (opt_u64(obj, "due_ms")?, opt_u64(obj, "delay_ms")?) {
         (Some(due_ms), None) => JobSpec::at(due_ms),
         (None, Some(delay_ms)) => JobSpec::after(Duration::from_millis(delay_ms)),
@@ -312,6 +477,40 @@ fn opt_u64(obj: &Fields, field: &str) -> Result<Option<u64>, String> {
     }
 }
 
+/// An optional field that fits a u32.
+fn opt_u32(obj: &Fields, field: &str) -> Result<Option<u32>, String> {
+    opt_u64(obj, field)?
+        .map(|n| u32::try_from(n).map_err(|_| format!("field {field}: {n} is out of range")))
+        .transpose()
+}
+
+/// An optional boolean field; `null` counts as absent.
+fn opt_bool(obj: &Fields, field: &str) -> Result<Option<bool>, String> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(format!("field {field}: must be true or false")),
+    }
+}
+
+/// `"id":"ID"` or `"ids":["ID", ...]` (at least one).
+fn ids_field(obj: &Fields) -> Result<Vec<JobId>, String> {
+    match (obj.get("id"), obj.get("ids")) {
+        (Some(_), Some(_)) => Err("give id or ids, not both".into()),
+        (Some(_), None) => Ok(vec![id_field(obj)?]),
+        (None, Some(Value::Array(items))) if !items.is_empty() => items
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => parse_id(s)
+                    .ok_or_else(|| format!("field ids: {s:?} is not a string of decimal digits")),
+                _ => Err("field ids: must hold string ids".into()),
+            })
+            .collect(),
+        (None, Some(_)) => Err("field ids: must be a non-empty array of string ids".into()),
+        (None, None) => Err("missing field id (or ids)".into()),
+    }
+}
+
 /// An optional string field; `null` counts as absent.
 fn opt_str<'a>(obj: &'a Fields, field: &str) -> Result<Option<&'a str>, String> {
     match obj.get(field) {
@@ -334,6 +533,14 @@ pub enum Reply {
     Rescheduled(bool),
     /// The engine's counters.
     Stats(Box<Stats>),
+    /// The new end of an extended lease.
+    LeaseUntil(u64),
+    /// A page of the dead-letter set, and the id to pass as `after` for the next one.
+    Dead(Vec<crate::job::DeadJob>, Option<JobId>),
+    /// Dead jobs requeued.
+    Requeued(u64),
+    /// Dead jobs purged.
+    Purged(u64),
     /// `"ok":false` with an error kind and message.
     Error {
         /// `bad_request`, `invalid_input`, `not_found`, or [`error_kind`].
@@ -386,7 +593,34 @@ struct ReplyLine<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     stats: Option<StatsJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    lease_until_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jobs: Option<Vec<DeadJson<'a>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_after: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    requeued: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    purged: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<ErrorJson<'a>>,
+}
+
+/// A dead job in a `dlq_list` reply.
+#[derive(Serialize)]
+struct DeadJson<'a> {
+    id: String,
+    tenant: u32,
+    due_ms: u64,
+    attempt: u32,
+    failures: u32,
+    died_at_ms: u64,
+    error: &'a str,
+    expired: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload_b64: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -405,6 +639,8 @@ struct StatsJson {
     completed: u64,
     cancelled: u64,
     failed: u64,
+    dead: u64,
+    retried: u64,
     ready_queue_depth: u64,
     overdue: u64,
     fired: u64,
@@ -429,6 +665,8 @@ impl From<&Stats> for StatsJson {
             completed: s.completed,
             cancelled: s.cancelled,
             failed: s.failed,
+            dead: s.dead,
+            retried: s.retried,
             ready_queue_depth: s.ready_queue_depth as u64,
             overdue: s.overdue,
             fired: s.fired,
@@ -455,9 +693,39 @@ pub fn render_reply(req: &Value, reply: &Reply) -> Vec<u8> {
         cancelled: None,
         rescheduled: None,
         stats: None,
+        lease_until_ms: None,
+        jobs: None,
+        next_after: None,
+        requeued: None,
+        purged: None,
         error: None,
     };
     match reply {
+        Reply::LeaseUntil(t) => line.lease_until_ms = Some(*t),
+        Reply::Dead(jobs, next) => {
+            line.jobs = Some(
+                jobs.iter()
+                    .map(|d| {
+                        let (payload, payload_b64) = payload_fields(&d.payload, d.binary);
+                        DeadJson {
+                            id: d.id.to_string(),
+                            tenant: d.tenant,
+                            due_ms: d.due_ms,
+                            attempt: d.attempt,
+                            failures: d.failures,
+                            died_at_ms: d.died_at_ms,
+                            error: &d.reason,
+                            expired: d.expired,
+                            payload,
+                            payload_b64,
+                        }
+                    })
+                    .collect(),
+            );
+            line.next_after = next.map(|id| id.to_string());
+        }
+        Reply::Requeued(n) => line.requeued = Some(*n),
+        Reply::Purged(n) => line.purged = Some(*n),
         Reply::Done => {}
         Reply::Scheduled(id) => line.id = Some(id.to_string()),
         Reply::Cancelled(b) => line.cancelled = Some(*b),
@@ -491,25 +759,30 @@ struct FiredLine<'a> {
 /// marked text whose bytes are not UTF-8 (scheduled through the library) falls back to
 /// `payload_b64` rather than lose bytes.
 pub fn render_fired(job: &Claimed, fired_ms: u64) -> Vec<u8> {
-    let text = if job.binary {
-        None
-    } else {
-        std::str::from_utf8(&job.payload).ok()
-    };
+    let (payload, payload_b64) = payload_fields(&job.payload, job.binary);
     let line = FiredLine {
         event: "fired",
         id: job.id.to_string(),
         due_ms: job.due_ms,
         fired_ms,
         attempt: job.attempt,
-        payload: text,
-        payload_b64: if text.is_none() {
-            Some(BASE64.encode(&job.payload))
-        } else {
-            None
-        },
+        payload,
+        payload_b64,
     };
     to_line(&line)
+}
+
+/// `payload` for text, `payload_b64` for binary payloads (and text ones that are not UTF-8).
+fn payload_fields(payload: &[u8], binary: bool) -> (Option<&str>, Option<String>) {
+    let text = if binary {
+        None
+    } else {
+        std::str::from_utf8(payload).ok()
+    };
+    match text {
+        Some(t) => (Some(t), None),
+        None => (None, Some(BASE64.encode(payload))),
+    }
 }
 
 /// The protocol's short, stable name for the kind of an engine error.
@@ -612,11 +885,14 @@ mod tests {
         assert_eq!(p.request, Ok(Request::Reschedule(JobId(3), 9)));
         assert!(bad(r#"{"op":"reschedule","id":"3"}"#).1.contains("due_ms"));
         let p = parse(r#"{"op":"fail","id":"3","error":"boom"}"#);
-        assert_eq!(p.request, Ok(Request::Fail(JobId(3), "boom".into(), None)));
+        assert_eq!(
+            p.request,
+            Ok(Request::Fail(JobId(3), "boom".into(), None, false))
+        );
         let p = parse(r#"{"op":"fail","id":"3","attempt":2}"#);
         assert_eq!(
             p.request,
-            Ok(Request::Fail(JobId(3), String::new(), Some(2)))
+            Ok(Request::Fail(JobId(3), String::new(), Some(2), false))
         );
         let p = parse(r#"{"op":"complete","id":"3","attempt":1}"#);
         assert_eq!(p.request, Ok(Request::Complete(JobId(3), Some(1))));
@@ -743,6 +1019,8 @@ mod tests {
             "completed",
             "cancelled",
             "failed",
+            "dead",
+            "retried",
             "ready_queue_depth",
             "overdue",
             "fired",
@@ -760,6 +1038,119 @@ mod tests {
         }
         assert_eq!(r["stats"]["scheduled"], 1);
         assert_eq!(r["stats"]["completed"], 2);
+    }
+
+    #[test]
+    fn lifecycle_ops_parse_and_old_requests_keep_their_meaning() {
+        let p = parse(
+            r#"{"op":"schedule","due_ms":5,"tenant":7,"max_attempts":3,"backoff":{"base_ms":10,"cap_ms":99}}"#,
+        );
+        assert_eq!(
+            p.request,
+            Ok(Request::Schedule(
+                JobSpec::at(5)
+                    .tenant(7)
+                    .max_attempts(3)
+                    .backoff(crate::job::Backoff::new(10, 99))
+            ))
+        );
+        let p = parse(r#"{"op":"fail","id":"3","error":"x","retryable":true}"#);
+        assert_eq!(
+            p.request,
+            Ok(Request::Fail(JobId(3), "x".into(), None, true))
+        );
+        // Without `retryable` a fail is what it was before retries: the job is not delivered
+        // again (it goes to the dead-letter set).
+        let p = parse(r#"{"op":"fail","id":"3","error":"x"}"#);
+        assert_eq!(
+            p.request,
+            Ok(Request::Fail(JobId(3), "x".into(), None, false))
+        );
+        assert_eq!(
+            parse(r#"{"op":"retry","id":"3","delay_ms":50,"attempt":2}"#).request,
+            Ok(Request::Retry(JobId(3), RetryWhen::After(50), Some(2)))
+        );
+        assert_eq!(
+            parse(r#"{"op":"extend","id":"3","lease_ms":9000}"#).request,
+            Ok(Request::Extend(JobId(3), 9000, None))
+        );
+        assert_eq!(
+            parse(r#"{"op":"dlq_list","tenant":2,"after":"8","limit":5}"#).request,
+            Ok(Request::DlqList(crate::job::DeadQuery {
+                tenant: Some(2),
+                after: Some(JobId(8)),
+                limit: 5
+            }))
+        );
+        assert_eq!(
+            parse(r#"{"op":"dlq_requeue","ids":["1","2"]}"#).request,
+            Ok(Request::DlqRequeue(vec![JobId(1), JobId(2)]))
+        );
+        assert_eq!(
+            parse(r#"{"op":"dlq_purge","all":true}"#).request,
+            Ok(Request::DlqPurge(Purge::All))
+        );
+        assert_eq!(
+            parse(r#"{"op":"dlq_purge","tenant":4}"#).request,
+            Ok(Request::DlqPurge(Purge::Tenant(4)))
+        );
+        assert_eq!(
+            parse(r#"{"op":"dlq_purge","id":"9"}"#).request,
+            Ok(Request::DlqPurge(Purge::Ids(vec![JobId(9)])))
+        );
+        for line in [
+            r#"{"op":"schedule","due_ms":5,"max_attempts":0}"#,
+            r#"{"op":"schedule","due_ms":5,"backoff":{"base_ms":10}}"#,
+            r#"{"op":"schedule","due_ms":5,"backoff":7}"#,
+            r#"{"op":"schedule","due_ms":5,"tenant":4294967296}"#,
+            r#"{"op":"fail","id":"3","retryable":"yes"}"#,
+            r#"{"op":"retry","id":"3"}"#,
+            r#"{"op":"retry","id":"3","due_ms":1,"delay_ms":1}"#,
+            r#"{"op":"extend","id":"3"}"#,
+            r#"{"op":"dlq_list","after":7}"#,
+            r#"{"op":"dlq_requeue"}"#,
+            r#"{"op":"dlq_requeue","ids":[]}"#,
+            r#"{"op":"dlq_requeue","ids":[1]}"#,
+            r#"{"op":"dlq_purge"}"#,
+            r#"{"op":"dlq_purge","all":false}"#,
+            r#"{"op":"dlq_purge","all":true,"tenant":1}"#,
+        ] {
+            assert!(parse(line).request.is_err(), "{line} must be a bad request");
+        }
+    }
+
+    #[test]
+    fn dead_letter_replies_render_their_fields() {
+        let dead = crate::job::DeadJob {
+            id: JobId(12),
+            tenant: 3,
+            due_ms: 10,
+            attempt: 4,
+            failures: 4,
+            died_at_ms: 20,
+            reason: Arc::from("declined"),
+            expired: false,
+            payload: Arc::from(&b"\xff"[..]),
+            binary: true,
+        };
+        let r = line_json(&render_reply(
+            &json!(1),
+            &Reply::Dead(vec![dead], Some(JobId(12))),
+        ));
+        assert_eq!(
+            r,
+            json!({"req":1,"ok":true,"jobs":[{"id":"12","tenant":3,"due_ms":10,"attempt":4,
+                   "failures":4,"died_at_ms":20,"error":"declined","expired":false,
+                   "payload_b64":"/w=="}],"next_after":"12"})
+        );
+        assert_eq!(
+            line_json(&render_reply(&json!(2), &Reply::Purged(3))),
+            json!({"req":2,"ok":true,"purged":3})
+        );
+        assert_eq!(
+            line_json(&render_reply(&json!(2), &Reply::LeaseUntil(77))),
+            json!({"req":2,"ok":true,"lease_until_ms":77})
+        );
     }
 
     fn claimed(payload: &[u8], binary: bool) -> Claimed {

@@ -21,12 +21,13 @@ use std::collections::HashMap;
 use std::io::{self, BufRead, Write};
 use std::ops::RangeInclusive;
 use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, bounded, never, select, unbounded};
 use serde_json::Value;
 
 use super::lines::{Line, LineReader};
-use super::protocol::{Reply, Request, parse_line, render_fired, render_reply};
+use super::protocol::{Purge, Reply, Request, RetryWhen, parse_line, render_fired, render_reply};
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -315,7 +316,9 @@ impl<W: Write + Send> Server<'_, W> {
                 RunKind::Fail => self.fail_run(
                     run.into_iter()
                         .map(|(req, r)| match r {
-                            Ok(Request::Fail(id, reason, attempt)) => (req, id, reason, attempt),
+                            Ok(Request::Fail(id, reason, attempt, retryable)) => {
+                                (req, id, reason, attempt, retryable)
+                            }
                             _ => unreachable!("a run of fails"),
                         })
                         .collect(),
@@ -421,30 +424,34 @@ impl<W: Write + Send> Server<'_, W> {
     /// Fails a run of consecutive `fail` requests with one `fail_batch` (one durability wait),
     /// answering each as it would have been answered alone. A reason over the limit refuses the
     /// whole batch; then each is tried alone.
-    fn fail_run(&self, run: Vec<(Value, JobId, String, Option<u32>)>) -> io::Result<()> {
+    fn fail_run(&self, run: Vec<FailRequest>) -> io::Result<()> {
+        let alone = |(req, id, reason, attempt, retryable): &FailRequest| {
+            render_reply(req, &self.fail(*id, *attempt, reason, *retryable))
+        };
         if run.len() == 1 {
-            let (req, id, reason, attempt) = &run[0];
-            return self.write(&render_reply(req, &self.fail(*id, *attempt, reason)));
+            return self.write(&alone(&run[0]));
         }
-        let held = self.held_claims(run.iter().map(|(_, id, _, attempt)| (*id, *attempt)));
-        let batch: Vec<(Claimed, String)> = run
+        let held = self.held_claims(run.iter().map(|(_, id, _, attempt, _)| (*id, *attempt)));
+        let batch: Vec<(Claimed, &str, bool)> = run
             .iter()
             .zip(&held)
-            .filter_map(|((_, _, reason, _), h)| h.clone().map(|c| (c, reason.clone())))
+            .filter_map(|((_, _, reason, _, retryable), h)| {
+                h.clone().map(|c| (c, reason.as_str(), *retryable))
+            })
             .collect();
-        let result = self.engine.fail_batch(&batch);
+        let result = self.engine.fail_each(&batch);
         if let Err(Error::InvalidInput { .. }) = result {
             let mut lines = Vec::new();
-            for (req, id, reason, attempt) in &run {
-                lines.extend_from_slice(&render_reply(req, &self.fail(*id, *attempt, reason)));
+            for request in &run {
+                lines.extend_from_slice(&alone(request));
             }
             return self.write(&lines);
         }
         if result.is_ok() {
-            let finished: Vec<Claimed> = batch.into_iter().map(|(c, _)| c).collect();
+            let finished: Vec<Claimed> = batch.into_iter().map(|(c, _, _)| c).collect();
             self.forget_claims(&finished);
         }
-        let keys = run.iter().map(|(req, id, _, _)| (req, *id));
+        let keys = run.iter().map(|(req, id, _, _, _)| (req, *id));
         self.write(&finish_replies(keys, &held, &result))
     }
 
@@ -526,7 +533,31 @@ impl<W: Write + Send> Server<'_, W> {
             Request::Reschedule(id, due_ms) => e
                 .reschedule(id, due_ms)
                 .map(|o| Reply::Rescheduled(o.is_done())),
-            Request::Fail(id, reason, attempt) => return self.fail(id, attempt, &reason),
+            Request::Fail(id, reason, attempt, retryable) => {
+                return self.fail(id, attempt, &reason, retryable);
+            }
+            Request::Retry(id, when, attempt) => {
+                let due_ms = match when {
+                    RetryWhen::At(t) => t,
+                    RetryWhen::After(d) => e.clock_now_ms().saturating_add(d),
+                };
+                return self.end_held(id, attempt, |c| e.retry_at(c, due_ms));
+            }
+            Request::Extend(id, lease_ms, attempt) => return self.extend(id, attempt, lease_ms),
+            Request::DlqList(query) => e
+                .dead_letters(&query)
+                .map(|page| Reply::Dead(page.jobs, page.next.and_then(|q| q.after))),
+            Request::DlqRequeue(ids) => e
+                .requeue_dead(&ids)
+                .map(|done| Reply::Requeued(done.iter().filter(|&&d| d).count() as u64)),
+            Request::DlqPurge(what) => match what {
+                Purge::Ids(ids) => e
+                    .purge_dead(&ids)
+                    .map(|done| done.iter().filter(|&&d| d).count() as u64),
+                Purge::Tenant(t) => e.purge_dead_where(Some(t)),
+                Purge::All => e.purge_dead_where(None),
+            }
+            .map(Reply::Purged),
             Request::Stats => Ok(Reply::Stats(Box::new(e.stats()))),
             Request::Schedule(_) | Request::Complete(..) | Request::Cancel(_) => {
                 unreachable!("batched requests are served in runs by serve_chunk")
@@ -537,13 +568,54 @@ impl<W: Write + Send> Server<'_, W> {
     }
 
     /// Fails a job through the claim this sidecar holds: the newest delivery, or exactly
-    /// `attempt` when the client names it.
-    fn fail(&self, id: JobId, attempt: Option<u32>, reason: &str) -> Reply {
+    /// `attempt` when the client names it. Retried under its policy when `retryable`, dead
+    /// otherwise.
+    fn fail(&self, id: JobId, attempt: Option<u32>, reason: &str, retryable: bool) -> Reply {
+        self.end_held(id, attempt, |c| {
+            if retryable {
+                self.engine.fail(c, reason)
+            } else {
+                self.engine.fail_permanently(c, reason)
+            }
+        })
+    }
+
+    /// Extends the lease of the delivery this sidecar holds.
+    fn extend(&self, id: JobId, attempt: Option<u32>, lease_ms: u64) -> Reply {
         let held = lock(&self.claims).get(&id).cloned();
         let Some(claimed) = held.filter(|c| attempt.is_none_or(|a| a == c.attempt)) else {
             return Reply::not_found(id);
         };
-        match self.engine.fail(&claimed, reason) {
+        match self
+            .engine
+            .extend_lease(&claimed, Duration::from_millis(lease_ms))
+        {
+            Ok(Some(until)) => {
+                if let Some(c) = lock(&self.claims)
+                    .get_mut(&id)
+                    .filter(|c| c.attempt == claimed.attempt)
+                {
+                    c.lease_until_ms = until;
+                }
+                Reply::LeaseUntil(until)
+            }
+            Ok(None) => Reply::not_found(id),
+            Err(e) => Reply::engine_error(&e),
+        }
+    }
+
+    /// Ends the delivery this sidecar holds with `end` (a fail or a retry), and forgets it.
+    fn end_held(
+        &self,
+        id: JobId,
+        attempt: Option<u32>,
+        end: impl FnOnce(&Claimed) -> Result<bool>,
+    ) -> Reply {
+        let held = lock(&self.claims).get(&id).cloned();
+        let Some(claimed) = held.filter(|c| attempt.is_none_or(|a| a == c.attempt)) else {
+            return Reply::not_found(id);
+        };
+        match end(&claimed) {
             Ok(done) => {
                 // Forget the claim, unless a redelivery replaced it meanwhile.
                 let mut claims = lock(&self.claims);
@@ -681,7 +753,11 @@ fn finish_replies<'a>(
 }
 
 /// How a request is served: batched with its neighbours of the same kind, or alone.
+/// A `fail` request of a run: `req`, id, reason, attempt, retryable.
+type FailRequest = (Value, JobId, String, Option<u32>, bool);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+
 enum RunKind {
     Schedule,
     Complete,

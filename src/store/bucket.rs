@@ -24,9 +24,20 @@
 //! kind 2  Patch   id u64 | due_ms u64 | attempt u32 | set u8 (1: due, 2: attempt and lease)
 //!                 | leased u8 | reserved u16
 //! kind 3  Delete  id u64
+//! kind 4  Put2    the 48 bytes of a Put before payload_len's end, then
+//!                 failures u32 | fate u8 (1: dead, 2: expired, 4: backoff, 8: error)
+//!                 | reserved [u8; 3] | died_at_ms u64 | backoff_base_ms u32 | backoff_cap_ms u32
+//!                 | error_len u32 | reserved u32 | payload ... | error (UTF-8) ...
+//! kind 5  Patch2  the 24 bytes of a Patch (set may be 0), then
+//!                 failures_add u32 | fate u8 (1: reset failures first, 2: dead, 4: expired,
+//!                 8: error set) | reserved [u8; 3] | died_at_ms u64 | error_len u32
+//!                 | reserved u32 | error (UTF-8) ...
 //! ```
 //!
-//! All integers are little-endian. Reserved fields are zero and read as zero.
+//! All integers are little-endian. Reserved fields are zero and read as zero. A job with
+//! nothing of the lifecycle (no failures, not dead, no backoff of its own) is written as a
+//! `Put`, a change that touches no failure as a `Patch`: the kinds 4 and 5 carry the rest (a
+//! dead job stays in its bucket, in the dead-letter set, until purged).
 
 use std::collections::BTreeMap;
 
@@ -44,8 +55,20 @@ const RECORD_HEADER_BYTES: usize = 12;
 const KIND_PUT: u8 = 1;
 const KIND_PATCH: u8 = 2;
 const KIND_DELETE: u8 = 3;
+const KIND_PUT2: u8 = 4;
+const KIND_PATCH2: u8 = 5;
 const PUT_FIXED_BYTES: usize = 48;
+const PUT2_FIXED_BYTES: usize = 80;
 const PATCH_BYTES: usize = 24;
+const PATCH2_FIXED_BYTES: usize = 48;
+const FATE_DEAD: u8 = 1;
+const FATE_EXPIRED: u8 = 2;
+const FATE_BACKOFF: u8 = 4;
+const FATE_ERROR: u8 = 8;
+const FATE_RESET: u8 = 1;
+const FATE2_DEAD: u8 = 2;
+const FATE2_EXPIRED: u8 = 4;
+const FATE2_ERROR: u8 = 8;
 const PATCH_DUE: u8 = 1;
 const PATCH_LEASE: u8 = 2;
 
@@ -70,12 +93,57 @@ pub struct StoredJob {
     pub attempt: u32,
     /// The newest claim's lease is open in the log (no expiry after it): the job was running.
     pub leased: bool,
+    /// Failed attempts counted against `max_attempts`.
+    pub failures: u32,
+    /// Dead (in the dead-letter set): `(died_at_ms, its last lease ran out)`.
+    pub dead: Option<(u64, bool)>,
+    /// The job's own backoff `(base_ms, cap_ms)`.
+    pub backoff: Option<(u32, u32)>,
+    /// The newest failure's reason.
+    pub last_error: Option<String>,
     /// The payload.
     pub payload: Vec<u8>,
 }
 
+impl StoredJob {
+    /// Whether the job has anything of the lifecycle (written as a `Put2`).
+    fn has_fate(&self) -> bool {
+        self.failures > 0
+            || self.dead.is_some()
+            || self.backoff.is_some()
+            || self.last_error.is_some()
+    }
+}
+
+/// What a pass learnt about a job's failures: applied after the due and lease of its patch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fate {
+    /// Failures are counted from zero again first (a requeue of a dead job).
+    pub reset: bool,
+    /// Failures to add.
+    pub failures_add: u32,
+    /// Whether the job is dead after the change, `(died_at_ms, expired)`.
+    pub dead: Option<(u64, bool)>,
+    /// The new last error (`None`: unchanged; `Some("")`: none).
+    pub error: Option<String>,
+}
+
+impl Fate {
+    /// Applies the change to a job.
+    pub fn apply(&self, job: &mut StoredJob) {
+        if self.reset {
+            job.failures = 0;
+        }
+        job.failures = job.failures.saturating_add(self.failures_add);
+        job.dead = self.dead;
+        if let Some(e) = &self.error {
+            job.last_error = (!e.is_empty()).then(|| e.clone());
+        }
+    }
+}
+
 /// A change of a job that stays in its bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Patch {
     /// The job.
     pub id: JobId,
@@ -83,6 +151,24 @@ pub struct Patch {
     pub due_ms: Option<u64>,
     /// Its newest attempt and whether that lease is open, if it was claimed or expired.
     pub lease: Option<(u32, bool)>,
+    /// Its failures, if any were counted, reset or the job died or came back.
+    pub fate: Option<Fate>,
+}
+
+impl Patch {
+    /// Applies the change to a job.
+    pub fn apply(&self, job: &mut StoredJob) {
+        if let Some(due_ms) = self.due_ms {
+            job.due_ms = due_ms;
+        }
+        if let Some((attempt, leased)) = self.lease {
+            job.attempt = attempt;
+            job.leased = leased;
+        }
+        if let Some(f) = &self.fate {
+            f.apply(job);
+        }
+    }
 }
 
 /// One record of a run.
@@ -152,9 +238,25 @@ fn pad8(n: usize) -> usize {
     n.div_ceil(8) * 8
 }
 
-/// Bytes of a `Put` record with a payload of `payload_len` bytes, framing and padding included.
-pub fn put_bytes(payload_len: usize) -> u64 {
-    pad8(RECORD_HEADER_BYTES + PUT_FIXED_BYTES + payload_len) as u64
+/// Bytes of the record of a put job, framing and padding included.
+pub fn put_bytes(job: &StoredJob) -> u64 {
+    if job.has_fate() {
+        let error = job.last_error.as_ref().map_or(0, String::len);
+        pad8(RECORD_HEADER_BYTES + PUT2_FIXED_BYTES + job.payload.len() + error) as u64
+    } else {
+        pad8(RECORD_HEADER_BYTES + PUT_FIXED_BYTES + job.payload.len()) as u64
+    }
+}
+
+/// Bytes of a patch's record, framing and padding included.
+pub fn patch_bytes(patch: &Patch) -> u64 {
+    match &patch.fate {
+        None => PATCH_RECORD_BYTES,
+        Some(f) => {
+            let error = f.error.as_ref().map_or(0, String::len);
+            pad8(RECORD_HEADER_BYTES + PATCH2_FIXED_BYTES + error) as u64
+        }
+    }
 }
 
 /// Bytes of a `Patch` record, framing and padding included.
@@ -182,8 +284,37 @@ pub fn encode_run(bucket: u64, generation: u64, covered_lsn: u64, entries: &[Ent
                 let len = u32::try_from(j.payload.len()).expect("payload length checked");
                 scratch.extend_from_slice(&len.to_le_bytes());
                 debug_assert_eq!(scratch.len(), PUT_FIXED_BYTES);
-                scratch.extend_from_slice(&j.payload);
-                KIND_PUT
+                if j.has_fate() {
+                    scratch.extend_from_slice(&j.failures.to_le_bytes());
+                    let fate = if j.dead.is_some() { FATE_DEAD } else { 0 }
+                        | if j.dead.is_some_and(|(_, e)| e) {
+                            FATE_EXPIRED
+                        } else {
+                            0
+                        }
+                        | if j.backoff.is_some() { FATE_BACKOFF } else { 0 }
+                        | if j.last_error.is_some() {
+                            FATE_ERROR
+                        } else {
+                            0
+                        };
+                    scratch.extend_from_slice(&[fate, 0, 0, 0]);
+                    put_u64(&mut scratch, j.dead.map_or(0, |(at, _)| at));
+                    let (base, cap) = j.backoff.unwrap_or((0, 0));
+                    scratch.extend_from_slice(&base.to_le_bytes());
+                    scratch.extend_from_slice(&cap.to_le_bytes());
+                    let error = j.last_error.as_deref().unwrap_or("");
+                    let elen = u32::try_from(error.len()).expect("reason length checked");
+                    scratch.extend_from_slice(&elen.to_le_bytes());
+                    scratch.extend_from_slice(&[0; 4]);
+                    debug_assert_eq!(scratch.len(), PUT2_FIXED_BYTES);
+                    scratch.extend_from_slice(&j.payload);
+                    scratch.extend_from_slice(error.as_bytes());
+                    KIND_PUT2
+                } else {
+                    scratch.extend_from_slice(&j.payload);
+                    KIND_PUT
+                }
             }
             Entry::Patch(p) => {
                 put_u64(&mut scratch, p.id.0);
@@ -193,7 +324,29 @@ pub fn encode_run(bucket: u64, generation: u64, covered_lsn: u64, entries: &[Ent
                 let set = if p.due_ms.is_some() { PATCH_DUE } else { 0 }
                     | if p.lease.is_some() { PATCH_LEASE } else { 0 };
                 scratch.extend_from_slice(&[set, u8::from(leased), 0, 0]);
-                KIND_PATCH
+                match &p.fate {
+                    None => KIND_PATCH,
+                    Some(f) => {
+                        scratch.extend_from_slice(&f.failures_add.to_le_bytes());
+                        let bits = if f.reset { FATE_RESET } else { 0 }
+                            | if f.dead.is_some() { FATE2_DEAD } else { 0 }
+                            | if f.dead.is_some_and(|(_, e)| e) {
+                                FATE2_EXPIRED
+                            } else {
+                                0
+                            }
+                            | if f.error.is_some() { FATE2_ERROR } else { 0 };
+                        scratch.extend_from_slice(&[bits, 0, 0, 0]);
+                        put_u64(&mut scratch, f.dead.map_or(0, |(at, _)| at));
+                        let error = f.error.as_deref().unwrap_or("");
+                        let elen = u32::try_from(error.len()).expect("reason length checked");
+                        scratch.extend_from_slice(&elen.to_le_bytes());
+                        scratch.extend_from_slice(&[0; 4]);
+                        debug_assert_eq!(scratch.len(), PATCH2_FIXED_BYTES);
+                        scratch.extend_from_slice(error.as_bytes());
+                        KIND_PATCH2
+                    }
+                }
             }
             Entry::Delete(id) => {
                 put_u64(&mut scratch, id.0);
@@ -288,6 +441,8 @@ pub fn decode_run(bytes: &[u8]) -> Result<(RunHeader, Vec<Entry>), RunError> {
         }
         let body = &bytes[at + RECORD_HEADER_BYTES..end];
         let entry = match bytes[at + 8] {
+            KIND_PUT2 => Entry::Put(decode_put2(body).map_err(err)?),
+            KIND_PATCH2 => Entry::Patch(decode_patch2(body).map_err(err)?),
             KIND_PUT => {
                 if body.len() < PUT_FIXED_BYTES
                     || body.len() - PUT_FIXED_BYTES != u32_at(body, 44) as usize
@@ -307,6 +462,10 @@ pub fn decode_run(bytes: &[u8]) -> Result<(RunHeader, Vec<Entry>), RunError> {
                     max_attempts: u32_at(body, 32),
                     attempt: u32_at(body, 36),
                     leased: body[40] == 1,
+                    failures: 0,
+                    dead: None,
+                    backoff: None,
+                    last_error: None,
                     payload: body[PUT_FIXED_BYTES..].to_vec(),
                 })
             }
@@ -324,6 +483,7 @@ pub fn decode_run(bytes: &[u8]) -> Result<(RunHeader, Vec<Entry>), RunError> {
                     id: JobId(u64_at(body, 0)),
                     due_ms: (set & PATCH_DUE != 0).then(|| u64_at(body, 8)),
                     lease: (set & PATCH_LEASE != 0).then(|| (u32_at(body, 16), body[21] == 1)),
+                    fate: None,
                 })
             }
             KIND_DELETE if body.len() == 8 => Entry::Delete(JobId(u64_at(body, 0))),
@@ -341,6 +501,91 @@ pub fn decode_run(bytes: &[u8]) -> Result<(RunHeader, Vec<Entry>), RunError> {
     Ok((header, entries))
 }
 
+fn decode_put2(body: &[u8]) -> Result<StoredJob, &'static str> {
+    if body.len() < PUT2_FIXED_BYTES {
+        return Err("short put2 record");
+    }
+    let payload_len = u32_at(body, 44) as usize;
+    let error_len = u32_at(body, 72) as usize;
+    if body.len() - PUT2_FIXED_BYTES != payload_len + error_len {
+        return Err("put2 record length does not match its payload and error");
+    }
+    let fate = body[52];
+    if body[40] > 1
+        || body[41..44] != [0, 0, 0]
+        || body[53..56] != [0, 0, 0]
+        || u32_at(body, 76) != 0
+        || fate & !(FATE_DEAD | FATE_EXPIRED | FATE_BACKOFF | FATE_ERROR) != 0
+        || (fate & FATE_EXPIRED != 0 && fate & FATE_DEAD == 0)
+        || (fate & FATE_ERROR == 0 && error_len != 0)
+    {
+        return Err("put2 record has bad flags or reserved bytes");
+    }
+    let error_at = PUT2_FIXED_BYTES + payload_len;
+    let error = std::str::from_utf8(&body[error_at..]).map_err(|_| "put2 error is not UTF-8")?;
+    let job = StoredJob {
+        id: JobId(u64_at(body, 0)),
+        due_ms: u64_at(body, 8),
+        created_ms: u64_at(body, 16),
+        tenant: u32_at(body, 24),
+        shard: u16_at(body, 28),
+        flags: u16_at(body, 30),
+        max_attempts: u32_at(body, 32),
+        attempt: u32_at(body, 36),
+        leased: body[40] == 1,
+        failures: u32_at(body, 48),
+        dead: (fate & FATE_DEAD != 0).then(|| (u64_at(body, 56), fate & FATE_EXPIRED != 0)),
+        backoff: (fate & FATE_BACKOFF != 0).then(|| (u32_at(body, 64), u32_at(body, 68))),
+        last_error: (fate & FATE_ERROR != 0).then(|| error.to_owned()),
+        payload: body[PUT2_FIXED_BYTES..error_at].to_vec(),
+    };
+    if !job.has_fate()
+        || (job.dead.is_none() && u64_at(body, 56) != 0)
+        || (job.backoff.is_none() && u64_at(body, 64) != 0)
+    {
+        // A put2 with nothing a put lacks, or unused fields not zero: not what we write.
+        return Err("put2 record that a put would hold");
+    }
+    Ok(job)
+}
+
+fn decode_patch2(body: &[u8]) -> Result<Patch, &'static str> {
+    if body.len() < PATCH2_FIXED_BYTES {
+        return Err("short patch2 record");
+    }
+    let set = body[20];
+    let bits = body[28];
+    let error_len = u32_at(body, 40) as usize;
+    if body.len() - PATCH2_FIXED_BYTES != error_len
+        || set & !(PATCH_DUE | PATCH_LEASE) != 0
+        || body[21] > 1
+        || u16_at(body, 22) != 0
+        || body[29..32] != [0, 0, 0]
+        || u32_at(body, 44) != 0
+        || bits & !(FATE_RESET | FATE2_DEAD | FATE2_EXPIRED | FATE2_ERROR) != 0
+        || (bits & FATE2_EXPIRED != 0 && bits & FATE2_DEAD == 0)
+        || (bits & FATE2_ERROR == 0 && error_len != 0)
+        || (bits & FATE2_DEAD == 0 && u64_at(body, 32) != 0)
+        || (set & PATCH_DUE == 0 && u64_at(body, 8) != 0)
+        || (set & PATCH_LEASE == 0 && (u32_at(body, 16) != 0 || body[21] != 0))
+    {
+        return Err("bad patch2 record");
+    }
+    let error = std::str::from_utf8(&body[PATCH2_FIXED_BYTES..])
+        .map_err(|_| "patch2 error is not UTF-8")?;
+    Ok(Patch {
+        id: JobId(u64_at(body, 0)),
+        due_ms: (set & PATCH_DUE != 0).then(|| u64_at(body, 8)),
+        lease: (set & PATCH_LEASE != 0).then(|| (u32_at(body, 16), body[21] == 1)),
+        fate: Some(Fate {
+            reset: bits & FATE_RESET != 0,
+            failures_add: u32_at(body, 24),
+            dead: (bits & FATE2_DEAD != 0).then(|| (u64_at(body, 32), bits & FATE2_EXPIRED != 0)),
+            error: (bits & FATE2_ERROR != 0).then(|| error.to_owned()),
+        }),
+    })
+}
+
 /// Applies a run's entries to the jobs of the runs before it. Refuses (naming the job) an
 /// entry the compactor could not have written: a put of a job already there, a patch or
 /// delete of one that is not.
@@ -355,13 +600,7 @@ pub fn apply_run(jobs: &mut BTreeMap<JobId, StoredJob>, entries: Vec<Entry>) -> 
             }
             Entry::Patch(p) => {
                 let job = jobs.get_mut(&id).ok_or(id)?;
-                if let Some(due_ms) = p.due_ms {
-                    job.due_ms = due_ms;
-                }
-                if let Some((attempt, leased)) = p.lease {
-                    job.attempt = attempt;
-                    job.leased = leased;
-                }
+                p.apply(job);
             }
             Entry::Delete(_) => {
                 jobs.remove(&id).ok_or(id)?;
@@ -393,7 +632,22 @@ mod tests {
             max_attempts: 0,
             attempt: 2,
             leased: true,
+            failures: 0,
+            dead: None,
+            backoff: None,
+            last_error: None,
             payload: payload.to_vec(),
+        }
+    }
+
+    fn fated(id: u64) -> StoredJob {
+        StoredJob {
+            failures: 3,
+            dead: Some((0x77, true)),
+            backoff: Some((10, 20)),
+            last_error: Some("boom ✓".into()),
+            leased: false,
+            ..job(id, 40, b"xyz")
         }
     }
 
@@ -405,6 +659,7 @@ mod tests {
                 id: JobId(3),
                 due_ms: Some(9),
                 lease: None,
+                fate: None,
             }),
             Entry::Delete(JobId(4)),
         ];
@@ -489,6 +744,59 @@ mod tests {
     }
 
     #[test]
+    fn lifecycle_entries_round_trip_and_flips_are_refused() {
+        let entries = vec![
+            Entry::Put(fated(1)),
+            Entry::Put(StoredJob {
+                dead: None,
+                backoff: None,
+                last_error: None,
+                ..fated(2)
+            }),
+            Entry::Patch(Patch {
+                id: JobId(3),
+                due_ms: Some(12),
+                lease: Some((4, false)),
+                fate: Some(Fate {
+                    reset: false,
+                    failures_add: 1,
+                    dead: Some((99, false)),
+                    error: Some("the last error".into()),
+                }),
+            }),
+            Entry::Patch(Patch {
+                id: JobId(4),
+                due_ms: None,
+                lease: None,
+                fate: Some(Fate {
+                    reset: true,
+                    failures_add: 0,
+                    dead: None,
+                    error: None,
+                }),
+            }),
+        ];
+        let bytes = encode_run(1, 2, 3, &entries);
+        assert_eq!(decode_run(&bytes).unwrap().1, entries);
+        // Only the job with a fate is a Put2, only the patches with one Patch2s.
+        let kinds: Vec<u8> = {
+            let mut at = RUN_HEADER_BYTES;
+            let mut k = Vec::new();
+            while at < bytes.len() {
+                k.push(bytes[at + 8]);
+                at += pad8(RECORD_HEADER_BYTES + u32_at(&bytes, at) as usize);
+            }
+            k
+        };
+        assert_eq!(kinds, [KIND_PUT2, KIND_PUT2, KIND_PATCH2, KIND_PATCH2]);
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x40;
+            assert!(decode_run(&b).is_err(), "flip at {i} went unnoticed");
+        }
+    }
+
+    #[test]
     fn runs_stack_and_merge_in_due_order() {
         let mut jobs = BTreeMap::new();
         apply_run(
@@ -508,6 +816,12 @@ mod tests {
                     id: JobId(1),
                     due_ms: Some(5),
                     lease: Some((3, false)),
+                    fate: Some(Fate {
+                        reset: false,
+                        failures_add: 2,
+                        dead: None,
+                        error: Some("e".into()),
+                    }),
                 }),
             ],
         )
@@ -517,6 +831,8 @@ mod tests {
         assert_eq!(order, [1, 3]);
         assert_eq!(jobs[&JobId(1)].attempt, 3);
         assert!(!jobs[&JobId(1)].leased);
+        assert_eq!(jobs[&JobId(1)].failures, 2);
+        assert_eq!(jobs[&JobId(1)].last_error.as_deref(), Some("e"));
         assert_eq!(
             apply_run(&mut jobs, vec![Entry::Delete(JobId(2))]),
             Err(JobId(2))
@@ -530,13 +846,37 @@ mod tests {
     #[test]
     fn record_sizes_are_what_the_merge_policy_counts() {
         for len in [0, 1, 7, 8, 100] {
-            let bytes = encode_run(1, 1, 1, &[Entry::Put(job(1, 1, &vec![0; len]))]);
-            assert_eq!(bytes.len() as u64 - RUN_HEADER_BYTES as u64, put_bytes(len));
+            for j in [
+                job(1, 1, &vec![0; len]),
+                StoredJob {
+                    payload: vec![1; len],
+                    ..fated(1)
+                },
+            ] {
+                let bytes = encode_run(1, 1, 1, &[Entry::Put(j.clone())]);
+                assert_eq!(bytes.len() as u64 - RUN_HEADER_BYTES as u64, put_bytes(&j));
+            }
         }
+        let fate = Patch {
+            id: JobId(1),
+            due_ms: None,
+            lease: None,
+            fate: Some(Fate {
+                reset: true,
+                failures_add: 0,
+                dead: None,
+                error: Some("reason".into()),
+            }),
+        };
+        assert_eq!(
+            encode_run(1, 1, 1, &[Entry::Patch(fate.clone())]).len() as u64 - 64,
+            patch_bytes(&fate)
+        );
         let patch = Entry::Patch(Patch {
             id: JobId(1),
             due_ms: None,
             lease: Some((1, true)),
+            fate: None,
         });
         assert_eq!(
             encode_run(1, 1, 1, &[patch]).len() as u64 - 64,

@@ -28,7 +28,7 @@ use timewheel_wal::storage::Storage;
 use timewheel_wal::{Lsn, Wal};
 
 use super::bucket::{
-    self, Entry, Patch, StoredJob, apply_run, encode_run, merged_entries, run_file_name,
+    self, Entry, Fate, Patch, StoredJob, apply_run, encode_run, merged_entries, run_file_name,
 };
 use super::manifest::{Manifest, RunRef};
 use super::{
@@ -61,8 +61,82 @@ enum Track {
         bucket: u64,
         due_ms: Option<u64>,
         lease: Option<(u32, bool)>,
+        fate: Option<Fate>,
         finished: bool,
     },
+}
+
+/// The failures of a job the pass saw: counted, the job died, or came back.
+fn fate_of(track: &mut Track) -> FateRef<'_> {
+    match track {
+        Track::New { job, .. } => FateRef::New(job),
+        Track::Old { fate, .. } => FateRef::Old(fate.get_or_insert(Fate {
+            reset: false,
+            failures_add: 0,
+            dead: None,
+            error: None,
+        })),
+    }
+}
+
+enum FateRef<'a> {
+    New(&'a mut StoredJob),
+    Old(&'a mut Fate),
+}
+
+impl FateRef<'_> {
+    /// One more failure, with its reason when it has one; alive after it.
+    fn failed(self, reason: Option<&str>) {
+        match self {
+            FateRef::New(job) => {
+                job.failures = job.failures.saturating_add(1);
+                if let Some(r) = reason {
+                    job.last_error = Some(r.to_owned());
+                }
+                job.dead = None;
+            }
+            FateRef::Old(f) => {
+                f.failures_add = f.failures_add.saturating_add(1);
+                if let Some(r) = reason {
+                    f.error = Some(r.to_owned());
+                }
+                f.dead = None;
+            }
+        }
+    }
+
+    fn died(self, at_ms: u64, expired: bool, reason: &str) {
+        match self {
+            FateRef::New(job) => {
+                job.failures = job.failures.saturating_add(1);
+                job.last_error = Some(reason.to_owned());
+                job.dead = Some((at_ms, expired));
+            }
+            FateRef::Old(f) => {
+                f.failures_add = f.failures_add.saturating_add(1);
+                f.error = Some(reason.to_owned());
+                f.dead = Some((at_ms, expired));
+            }
+        }
+    }
+
+    fn requeued(self) {
+        match self {
+            FateRef::New(job) => {
+                job.failures = 0;
+                job.last_error = None;
+                job.dead = None;
+            }
+            FateRef::Old(f) => {
+                *f = Fate {
+                    reset: true,
+                    failures_add: 0,
+                    dead: None,
+                    error: Some(String::new()),
+                };
+            }
+        }
+    }
 }
 
 /// What the pass writes into one bucket.
@@ -186,14 +260,24 @@ pub(crate) fn pass<S: Storage>(
 pub(crate) struct PassOutput {
     pub manifest: Manifest,
     pub report: CompactionReport,
-    pub far: Vec<(JobId, u64, u32, bool)>,
+    pub far: Vec<FarJob>,
     pub far_deleted: Vec<JobId>,
+}
+
+/// A job a pass put into a bucket beyond the horizon, as it is there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FarJob {
+    pub id: JobId,
+    pub due_ms: u64,
+    pub attempt: u32,
+    pub leased: bool,
+    pub failures: u32,
 }
 
 /// What a pass wrote into buckets from `from` on.
 struct Far {
     from: u64,
-    new: Vec<(JobId, u64, u32, bool)>,
+    new: Vec<FarJob>,
     deleted: Vec<JobId>,
 }
 
@@ -255,6 +339,10 @@ fn fold<S: Storage>(
                     max_attempts: s.max_attempts,
                     attempt: 0,
                     leased: false,
+                    failures: 0,
+                    dead: None,
+                    backoff: s.backoff,
+                    last_error: None,
                     payload: s.payload.to_vec(),
                 };
                 let before = tracks.insert(
@@ -269,11 +357,15 @@ fn fold<S: Storage>(
                     return Err(refuse(format!("job {} scheduled twice", s.id)));
                 }
             }
-            Event::Cancel { id } | Event::Complete { id, .. } | Event::Fail { id, .. } => {
+            Event::Cancel { id }
+            | Event::Complete { id, .. }
+            | Event::Fail { id, .. }
+            | Event::Purge { id } => {
                 match &event {
                     Event::Cancel { .. } => next.cancelled += 1,
                     Event::Complete { .. } => next.completed += 1,
-                    _ => next.failed += 1,
+                    Event::Fail { .. } => next.failed += 1,
+                    _ => {}
                 }
                 match track(&mut tracks, &locator, manifest, id, lsn)? {
                     Track::New { .. } => drop(tracks.remove(&id)),
@@ -285,19 +377,49 @@ fn fold<S: Storage>(
                 attempt,
                 true,
             ),
-            Event::Expire { id, attempt } => set_lease(
-                track(&mut tracks, &locator, manifest, id, lsn)?,
-                attempt,
-                false,
-            ),
+            Event::Expire { id, attempt } => {
+                let t = track(&mut tracks, &locator, manifest, id, lsn)?;
+                set_lease(t, attempt, false);
+                fate_of(t).failed(None);
+            }
             Event::Reschedule { id, due_ms } => {
-                match track(&mut tracks, &locator, manifest, id, lsn)? {
-                    Track::New { job, target, .. } => {
-                        job.due_ms = due_ms;
-                        *target = bucket_of(due_ms);
-                    }
-                    Track::Old { due_ms: d, .. } => *d = Some(due_ms),
+                set_due(track(&mut tracks, &locator, manifest, id, lsn)?, due_ms);
+            }
+            Event::Retry {
+                id,
+                attempt,
+                flags,
+                due_ms,
+                reason,
+            } => {
+                let t = track(&mut tracks, &locator, manifest, id, lsn)?;
+                set_lease(t, attempt, false);
+                set_due(t, due_ms);
+                if flags & crate::record::RETRY_FAILED != 0 {
+                    fate_of(t).failed(Some(reason));
                 }
+            }
+            Event::Bury {
+                id,
+                attempt,
+                flags,
+                at_ms,
+                reason,
+            } => {
+                next.failed += 1;
+                let t = track(&mut tracks, &locator, manifest, id, lsn)?;
+                set_lease(t, attempt, false);
+                let expired = flags & crate::record::BURY_EXPIRED != 0;
+                fate_of(t).died(at_ms, expired, reason);
+            }
+            Event::Extend { id, .. } => {
+                // The lease stays open with the same attempt: nothing a bucket keeps changes.
+                track(&mut tracks, &locator, manifest, id, lsn)?;
+            }
+            Event::Requeue { id, due_ms } => {
+                let t = track(&mut tracks, &locator, manifest, id, lsn)?;
+                set_due(t, due_ms);
+                fate_of(t).requeued();
             }
         }
     }
@@ -325,9 +447,18 @@ fn fold<S: Storage>(
                 bucket,
                 due_ms,
                 lease,
+                fate,
                 ..
             } => {
-                let patch = Patch { id, due_ms, lease };
+                if due_ms.is_none() && lease.is_none() && fate.is_none() {
+                    continue; // Only extended: nothing changed.
+                }
+                let patch = Patch {
+                    id,
+                    due_ms,
+                    lease,
+                    fate,
+                };
                 match due_ms.map(bucket_of) {
                     Some(target) if target != bucket => {
                         next.moved.remove(&id);
@@ -356,13 +487,7 @@ fn fold<S: Storage>(
                     format!("job {} is not in the bucket that should hold it", patch.id),
                 )
             })?;
-            if let Some(due_ms) = patch.due_ms {
-                job.due_ms = due_ms;
-            }
-            if let Some((attempt, leased)) = patch.lease {
-                job.attempt = attempt;
-                job.leased = leased;
-            }
+            patch.apply(&mut job);
             deltas.entry(target).or_default().puts.push(job);
         }
     }
@@ -390,12 +515,8 @@ fn fold<S: Storage>(
         // stacked on the oldest (the new one included) hold as many bytes as it does: each
         // merge then at least doubles the oldest run, so a job is rewritten a logarithmic
         // number of times, not once every few passes.
-        let new_bytes: u64 = delta
-            .puts
-            .iter()
-            .map(|j| bucket::put_bytes(j.payload.len()))
-            .sum::<u64>()
-            + (delta.patches.len() as u64) * bucket::PATCH_RECORD_BYTES
+        let new_bytes: u64 = delta.puts.iter().map(bucket::put_bytes).sum::<u64>()
+            + delta.patches.iter().map(bucket::patch_bytes).sum::<u64>()
             + (delta.deletes.len() as u64) * bucket::DELETE_RECORD_BYTES;
         let stacked: u64 = entry.runs.iter().skip(1).map(|r| r.bytes).sum::<u64>() + new_bytes;
         let merge = jobs_after == 0
@@ -406,7 +527,14 @@ fn fold<S: Storage>(
                 delta
                     .puts
                     .iter()
-                    .map(|j| (j.id, j.due_ms, j.attempt, j.leased)),
+                    .filter(|j| j.dead.is_none())
+                    .map(|j| FarJob {
+                        id: j.id,
+                        due_ms: j.due_ms,
+                        attempt: j.attempt,
+                        leased: j.leased,
+                        failures: j.failures,
+                    }),
             );
             far.deleted.extend(&delta.deletes);
         }
@@ -489,9 +617,20 @@ fn track<'t>(
                 bucket,
                 due_ms: None,
                 lease: None,
+                fate: None,
                 finished: false,
             }))
         }
+    }
+}
+
+fn set_due(track: &mut Track, due_ms: u64) {
+    match track {
+        Track::New { job, target, .. } => {
+            job.due_ms = due_ms;
+            *target = bucket_of(due_ms);
+        }
+        Track::Old { due_ms: d, .. } => *d = Some(due_ms),
     }
 }
 

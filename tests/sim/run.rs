@@ -139,6 +139,10 @@ impl Sim {
         c.timer_thread = false;
         c.segment_bytes = self.setup.segment_bytes;
         c.payload_bytes_max = ops::PAYLOAD_BYTES_MAX;
+        c.fail_reason_bytes_max = 256;
+        // This oracle knows no retries: a failure buries the job at once (`fail_permanently`), and a
+        // lease that runs out never makes a job dead (docs/lifecycle.md, "Not yet").
+        c.retry.max_attempts = c.max_attempts_max;
         c.lease_ms = self.setup.lease_ms;
         c.fires_per_advance_max = self.setup.fires_per_advance_max;
         c.id_block = self.model.id_block;
@@ -302,7 +306,10 @@ impl Sim {
                 let (how, r) = if matches!(op, Op::Complete(_)) {
                     (Gone::Completed, live.engine.complete(&c))
                 } else {
-                    (Gone::Failed, live.engine.fail(&c, "simulated failure"))
+                    (
+                        Gone::Failed,
+                        live.engine.fail_permanently(&c, "simulated failure"),
+                    )
                 };
                 let r = self.sort(&live, "finish", r)?;
                 if let Ok(b) = r {
