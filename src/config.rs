@@ -51,6 +51,8 @@ pub struct Config {
     pub retry_seed: u64,
     /// The most a job's `max_attempts` may be.
     pub max_attempts_max: u32,
+    /// Longest idempotency key (`JobSpec::key`), in bytes.
+    pub key_bytes_max: usize,
     /// Largest number of jobs the timer thread moves to the ready queue before it lets
     /// schedule and cancel calls through again.
     pub fires_per_advance_max: usize,
@@ -129,6 +131,7 @@ impl Config {
             retry: crate::RetryPolicy::default(),
             retry_seed: 0x7477_6865_656c,
             max_attempts_max: 10_000,
+            key_bytes_max: 256,
             fires_per_advance_max: 4096,
             id_block: 1 << 16,
             timer_thread: true,

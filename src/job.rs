@@ -70,6 +70,7 @@ pub struct JobSpec {
     /// 0: `Config::retry`'s.
     pub(crate) max_attempts: u32,
     pub(crate) backoff: Option<Backoff>,
+    pub(crate) key: Option<Vec<u8>>,
 }
 
 /// How long a job waits before its next attempt after a failure: exponential in the number of
@@ -157,6 +158,7 @@ impl JobSpec {
             tenant: 0,
             max_attempts: 0,
             backoff: None,
+            key: None,
         }
     }
 
@@ -169,6 +171,7 @@ impl JobSpec {
             tenant: 0,
             max_attempts: 0,
             backoff: None,
+            key: None,
         }
     }
 
@@ -201,6 +204,36 @@ impl JobSpec {
     /// The job's own wait between failed attempts (unset: `Config::retry`'s).
     pub fn backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = Some(backoff);
+        self
+    }
+
+    /// An idempotency key (1 to `Config::key_bytes_max` bytes): while a job with this key
+    /// exists (scheduled, ready, running, or dead in the dead-letter set), scheduling another
+    /// with the same key schedules nothing and returns the existing job's id, also across
+    /// restarts and from concurrent callers. The key is free again once that job completes,
+    /// is cancelled, or is purged. [`Engine::get_by_key`](crate::Engine::get_by_key),
+    /// `cancel_by_key` and `reschedule_by_key` find the job by its key alone.
+    ///
+    /// ```
+    /// # fn main() -> timewheel::Result<()> {
+    /// # let dir = std::env::temp_dir().join(format!("timewheel-doc-key-{}", std::process::id()));
+    /// use std::time::Duration;
+    /// use timewheel::{Config, Engine, JobSpec, Outcome};
+    ///
+    /// let engine = Engine::open(Config::new(&dir))?;
+    /// let remind = || JobSpec::after(Duration::from_secs(1800)).key("order-42").payload("unpaid?");
+    /// let first = engine.schedule(remind())?;
+    /// assert_eq!(engine.schedule(remind())?, first, "a retried submit is the same job");
+    /// // The payment service knows the order number, not the job id.
+    /// assert_eq!(engine.cancel_by_key(b"order-42")?, Outcome::Done);
+    /// assert_ne!(engine.schedule(remind())?, first, "the key is free again");
+    /// # drop(engine);
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn key(mut self, key: impl Into<Vec<u8>>) -> Self {
+        self.key = Some(key.into());
         self
     }
 
@@ -247,6 +280,8 @@ pub struct JobInfo {
     pub last_error: Option<Arc<str>>,
     /// Its tenant.
     pub tenant: u32,
+    /// Its idempotency key.
+    pub key: Option<Arc<[u8]>>,
     /// The payload.
     pub payload: Arc<[u8]>,
 }
@@ -262,6 +297,8 @@ pub struct DeadJob {
     pub id: JobId,
     /// Its tenant.
     pub tenant: u32,
+    /// Its idempotency key (held until the job is purged).
+    pub key: Option<Arc<[u8]>>,
     /// When it was last due.
     pub due_ms: u64,
     /// Deliveries it had (its last attempt).

@@ -6,7 +6,8 @@
 //!
 //! ```text
 //! type 1  Schedule    id u64 | due_ms u64 | created_ms u64 | tenant u32 | shard u16 | flags u16
-//!                     | max_attempts u32 | payload_len u32 | payload ...
+//!                     | max_attempts u32 | payload_len u32 | [backoff_base_ms u32
+//!                     | backoff_cap_ms u32] | [key_len u32 | key ...] | payload ...
 //! type 2  Cancel      id u64
 //! type 3  Reschedule  id u64 | due_ms u64
 //! type 4  Claim       id u64 | attempt u32 | reserved u32 | lease_until_ms u64
@@ -84,7 +85,10 @@ pub const FLAG_BINARY_PAYLOAD: u16 = 1 << 0;
 /// Schedule flag: the job has a backoff of its own; 8 bytes follow the fixed part, before the
 /// payload: `backoff_base_ms u32 | backoff_cap_ms u32`.
 pub const FLAG_BACKOFF: u16 = 1 << 1;
-const FLAGS_KNOWN: u16 = FLAG_BINARY_PAYLOAD | FLAG_BACKOFF;
+/// Schedule flag: the job has an idempotency key; after the backoff extension (if any) come
+/// `key_len u32 | key ...`, before the payload.
+pub const FLAG_KEY: u16 = 1 << 2;
+const FLAGS_KNOWN: u16 = FLAG_BINARY_PAYLOAD | FLAG_BACKOFF | FLAG_KEY;
 /// Bytes of the backoff extension of a schedule record.
 pub const BACKOFF_EXT_BYTES: usize = 8;
 
@@ -108,7 +112,7 @@ pub(crate) fn record_bytes_max(config: &crate::Config) -> usize {
 
 /// The largest schedule body the configuration allows.
 pub(crate) fn schedule_bytes_max(config: &crate::Config) -> usize {
-    SCHEDULE_FIXED_BYTES + BACKOFF_EXT_BYTES + config.payload_bytes_max
+    SCHEDULE_FIXED_BYTES + BACKOFF_EXT_BYTES + 4 + config.key_bytes_max + config.payload_bytes_max
 }
 
 /// The largest failure body (`Retry`, `Bury`, old `Fail`) the configuration allows.
@@ -138,6 +142,8 @@ pub struct ScheduleRecord<'a> {
     pub max_attempts: u32,
     /// The job's own backoff `(base_ms, cap_ms)` (written when `FLAG_BACKOFF` is set).
     pub backoff: Option<(u32, u32)>,
+    /// The job's idempotency key (written when `FLAG_KEY` is set).
+    pub key: Option<&'a [u8]>,
     /// The payload.
     pub payload: &'a [u8],
 }
@@ -337,6 +343,16 @@ impl Event<'_> {
                     out.extend_from_slice(&base.to_le_bytes());
                     out.extend_from_slice(&cap.to_le_bytes());
                 }
+                assert_eq!(
+                    s.key.is_some(),
+                    s.flags & FLAG_KEY != 0,
+                    "the key flag says whether a key follows"
+                );
+                if let Some(key) = s.key {
+                    let klen = u32::try_from(key.len()).expect("key length checked by caller");
+                    out.extend_from_slice(&klen.to_le_bytes());
+                    out.extend_from_slice(key);
+                }
                 out.extend_from_slice(s.payload);
             }
             Event::Cancel { id } => put_u64(out, id.0),
@@ -443,13 +459,13 @@ impl Event<'_> {
                 if flags & !FLAGS_KNOWN != 0 {
                     return Err(err("unknown schedule flags"));
                 }
-                let ext = if flags & FLAG_BACKOFF != 0 {
+                let mut ext = if flags & FLAG_BACKOFF != 0 {
                     BACKOFF_EXT_BYTES
                 } else {
                     0
                 };
-                if body.len() - SCHEDULE_FIXED_BYTES != ext + len {
-                    return Err(err("payload length does not match the body"));
+                if body.len() < SCHEDULE_FIXED_BYTES + ext {
+                    return Err(err("short backoff extension"));
                 }
                 let backoff = (ext > 0).then(|| {
                     (
@@ -457,6 +473,22 @@ impl Event<'_> {
                         u32_at(body, SCHEDULE_FIXED_BYTES + 4),
                     )
                 });
+                let mut key = None;
+                if flags & FLAG_KEY != 0 {
+                    let at = SCHEDULE_FIXED_BYTES + ext;
+                    if body.len() < at + 4 {
+                        return Err(err("short key extension"));
+                    }
+                    let klen = u32_at(body, at) as usize;
+                    if klen == 0 || body.len() - at - 4 < klen {
+                        return Err(err("key length does not match the body"));
+                    }
+                    key = Some(&body[at + 4..at + 4 + klen]);
+                    ext += 4 + klen;
+                }
+                if body.len() - SCHEDULE_FIXED_BYTES != ext + len {
+                    return Err(err("payload length does not match the body"));
+                }
                 Ok(Event::Schedule(ScheduleRecord {
                     id: id(),
                     due_ms: u64_at(body, SCHEDULE_DUE),
@@ -466,6 +498,7 @@ impl Event<'_> {
                     flags,
                     max_attempts: u32_at(body, SCHEDULE_MAX_ATTEMPTS),
                     backoff,
+                    key,
                     payload: &body[SCHEDULE_FIXED_BYTES + ext..],
                 }))
             }
@@ -621,6 +654,7 @@ mod tests {
             flags: FLAG_BINARY_PAYLOAD,
             max_attempts: 0,
             backoff: None,
+            key: None,
             payload: b"\x00\xffhello",
         }));
         roundtrip(Event::Schedule(ScheduleRecord {
@@ -632,7 +666,20 @@ mod tests {
             flags: FLAG_BACKOFF,
             max_attempts: 5,
             backoff: Some((250, 60_000)),
+            key: None,
             payload: b"with a backoff",
+        }));
+        roundtrip(Event::Schedule(ScheduleRecord {
+            id: JobId(9),
+            due_ms: 1,
+            created_ms: 1,
+            tenant: 0,
+            shard: 0,
+            flags: FLAG_BACKOFF | FLAG_KEY,
+            max_attempts: 0,
+            backoff: Some((1, 2)),
+            key: Some(b"order-42"),
+            payload: b"keyed",
         }));
         roundtrip(Event::Retry {
             id: JobId(3),
@@ -704,6 +751,7 @@ mod tests {
             flags: 0,
             max_attempts: 3,
             backoff: None,
+            key: None,
             payload: b"ab",
         })
         .encode(&mut buf);
@@ -793,6 +841,7 @@ mod tests {
             flags: 0x8000,
             max_attempts: 0,
             backoff: None,
+            key: None,
             payload: b"",
         })
         .encode(&mut buf);

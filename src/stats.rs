@@ -114,6 +114,9 @@ pub struct Stats {
     pub dead: u64,
     /// Failed attempts followed by a retry (and `retry_at`s), since open.
     pub retried: u64,
+    /// Schedules that named the idempotency key of an existing job (and so scheduled
+    /// nothing), since open.
+    pub deduplicated: u64,
     /// Ids in the ready channel, including ones `claim` will skip.
     pub ready_queue_depth: usize,
     /// Jobs past due and not yet running: the ready ones, plus scheduled ones the timer has not
@@ -174,6 +177,7 @@ impl Stats {
             failed: view.failed,
             dead: view.dead,
             retried: view.retried,
+            deduplicated: view.deduplicated,
             ready_queue_depth,
             overdue: view.ready + view.scheduled_overdue,
             fired: view.fired,
@@ -203,6 +207,7 @@ pub(crate) struct StateView<'a> {
     pub failed: u64,
     pub dead: u64,
     pub retried: u64,
+    pub deduplicated: u64,
     pub fired: u64,
     pub claimed: u64,
     pub redelivered: u64,

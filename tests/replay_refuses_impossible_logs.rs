@@ -29,6 +29,7 @@ fn schedule(n: u64) -> Event<'static> {
         flags: 0,
         max_attempts: 0,
         backoff: None,
+        key: None,
         payload: b"",
     })
 }
@@ -303,4 +304,24 @@ fn lifecycle_records_the_live_engine_could_not_write_are_refused() {
         log.push(event);
         assert_eq!(refused_at(&log), 5, "{what} of a dead job");
     }
+}
+
+#[test]
+fn a_second_live_job_with_one_idempotency_key_is_refused() {
+    let keyed = |n: u64| {
+        let Event::Schedule(mut s) = schedule(n) else {
+            unreachable!()
+        };
+        s.flags |= timewheel::record::FLAG_KEY;
+        s.key = Some(b"order-1");
+        Event::Schedule(s)
+    };
+    assert_eq!(refused_at(&[RESERVE, keyed(1), keyed(2)]), 3);
+    // Once the first is gone, the key is free.
+    let engine = open_log(
+        &[RESERVE, keyed(1), Event::Cancel { id: id(1) }, keyed(2)],
+        &[],
+    )
+    .expect("replays");
+    assert_eq!(engine.id_by_key(b"order-1"), Some(id(2)));
 }

@@ -19,6 +19,7 @@ mod compactor;
 mod dead;
 mod erased;
 mod ids;
+mod keys;
 mod recovery;
 mod state;
 mod table;
@@ -93,6 +94,9 @@ pub(crate) struct Shared {
 #[must_use = "the jobs fire only once committed"]
 pub struct Pending {
     lsn: Lsn,
+    /// Some spec named the key of a job already appended: commit waits for `lsn` even when
+    /// nothing new was appended, so that the job the id names is durable when it returns.
+    named_existing: bool,
     /// The schedule records, exactly as appended.
     body: Vec<u8>,
     ends: Vec<usize>,
@@ -271,6 +275,7 @@ impl Engine {
         // outside every lock; their ids are written in under the id lock.
         let mut body = Vec::with_capacity(specs.len() * 48);
         let mut ends = Vec::with_capacity(specs.len());
+        let mut keys: Vec<Option<Arc<[u8]>>> = Vec::new();
         for (spec, &due_ms) in specs.iter().zip(&dues) {
             Event::Schedule(ScheduleRecord {
                 id: JobId(0),
@@ -283,59 +288,176 @@ impl Engine {
                         crate::record::FLAG_BACKOFF
                     } else {
                         0
+                    }
+                    | if spec.key.is_some() {
+                        crate::record::FLAG_KEY
+                    } else {
+                        0
                     },
                 max_attempts: spec.max_attempts,
                 backoff: spec.backoff.map(|b| (b.base_ms, b.cap_ms)),
+                key: spec.key.as_deref(),
                 payload: &spec.payload,
             })
             .encode(&mut body);
             ends.push(body.len());
+            if spec.key.is_some() || !keys.is_empty() {
+                keys.resize(ends.len() - 1, None);
+                keys.push(spec.key.as_deref().map(Arc::from));
+            }
         }
         drop(specs);
         if ends.is_empty() {
             let lsn = sh.wal.last_lsn();
-            return Ok((Vec::new(), Pending { lsn, body, ends }));
+            return Ok((
+                Vec::new(),
+                Pending {
+                    lsn,
+                    named_existing: false,
+                    body,
+                    ends,
+                },
+            ));
         }
+        keys.resize(if keys.is_empty() { 0 } else { ends.len() }, None);
         let mut reserve = Vec::with_capacity(8);
-        let lsn = {
-            let mut ledger = lock(&sh.ids);
-            let before = *ledger;
+        let mut ledger = lock(&sh.ids);
+        // Idempotency keys, under the id lock (which orders schedules): a key held by a job,
+        // or by a schedule appended and not yet visible, or earlier in this batch, schedules
+        // nothing and answers that job's id.
+        let mut named: Vec<Named> = Vec::new();
+        if !keys.is_empty() {
+            let state = sh.lock_state();
+            let mut batch: std::collections::HashMap<&[u8], usize> = Default::default();
+            for (i, key) in keys.iter().enumerate() {
+                let Some(k) = key.as_deref() else {
+                    named.push(Named::New);
+                    continue;
+                };
+                named.push(
+                    match state.keys.get(k).or_else(|| state.pending_keys.get(k)) {
+                        Some(&id) => Named::Existing(id),
+                        None => match batch.get(k) {
+                            Some(&first) => Named::SameAs(first),
+                            None => {
+                                batch.insert(k, i);
+                                Named::New
+                            }
+                        },
+                    },
+                );
+            }
+            drop(state);
+            if named.iter().any(|n| *n != Named::New) {
+                let (b, e) = without(&body, &ends, &named);
+                body = b;
+                ends = e;
+            }
+        }
+        let new_dues: Vec<u64> = if named.is_empty() {
+            dues
+        } else {
+            dues.iter()
+                .zip(&named)
+                .filter(|(_, n)| **n == Named::New)
+                .map(|(&d, _)| d)
+                .collect()
+        };
+        let before = *ledger;
+        // Every spec may have named an existing job: then no id is taken.
+        let (first, reserve_up_to) = if ends.is_empty() {
+            (0, None)
+        } else {
             let alloc = ledger.allocate(ends.len() as u64, sh.config.id_block);
-            let mut start = 0;
-            for (i, (&end, &due_ms)) in ends.iter().zip(&dues).enumerate() {
-                let id = JobId::compose(alloc.first + i as u64, home_bucket(due_ms, now_ms));
-                body[start..start + 8].copy_from_slice(&id.0.to_le_bytes());
-                start = end;
+            (alloc.first, alloc.reserve_up_to)
+        };
+        let mut start = 0;
+        for (i, (&end, &due_ms)) in ends.iter().zip(&new_dues).enumerate() {
+            let id = JobId::compose(first + i as u64, home_bucket(due_ms, now_ms));
+            body[start..start + 8].copy_from_slice(&id.0.to_le_bytes());
+            start = end;
+        }
+        let new_ids: Vec<JobId> = schedule_records(&body, &ends)
+            .map(|(_, b)| JobId(u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))))
+            .collect();
+        // The ids in the caller's order: new ones, and those of the jobs the keys named.
+        let ids: Vec<JobId> = if named.is_empty() {
+            new_ids.clone()
+        } else {
+            let mut fresh = new_ids.iter();
+            let mut out: Vec<JobId> = Vec::with_capacity(named.len());
+            for n in &named {
+                let id = match *n {
+                    Named::New => *fresh.next().expect("one new id per new spec"),
+                    Named::Existing(id) => id,
+                    Named::SameAs(first) => out[first],
+                };
+                out.push(id);
             }
-            if let Some(up_to) = alloc.reserve_up_to {
-                Event::ReserveIds { up_to }.encode(&mut reserve);
+            out
+        };
+        if !keys.is_empty() {
+            let mut state = sh.lock_state();
+            for ((id, key), n) in ids.iter().zip(&keys).zip(&named) {
+                if let Some(k) = key
+                    && *n == Named::New
+                {
+                    state.pending_keys.insert(k.clone(), *id);
+                }
             }
-            let reservation = alloc
-                .reserve_up_to
-                .map(|_| (crate::record::TYPE_RESERVE_IDS, &reserve[..]));
+        }
+        if let Some(up_to) = reserve_up_to {
+            Event::ReserveIds { up_to }.encode(&mut reserve);
+        }
+        let reservation = reserve_up_to.map(|_| (crate::record::TYPE_RESERVE_IDS, &reserve[..]));
+        let appended = if ends.is_empty() {
+            Ok(sh.wal.last_lsn())
+        } else {
             let records = reservation
                 .into_iter()
                 .chain(schedule_records(&body, &ends));
-            match sh.wal.append_batch_nowait(records) {
-                Ok(lsn) => {
-                    sh.space_ok();
-                    lsn
-                }
-                Err(e) => {
-                    // Nothing was written: the ids are not taken.
-                    *ledger = before;
-                    let e = Error::from(e);
-                    if let Error::NoSpace { segment, .. } = &e {
-                        sh.space_refused(*segment, now_ms);
+            sh.wal.append_batch_nowait(records)
+        };
+        let lsn = match appended {
+            Ok(lsn) => {
+                sh.space_ok();
+                lsn
+            }
+            Err(e) => {
+                // Nothing was written: the ids and keys are not taken.
+                *ledger = before;
+                if !keys.is_empty() {
+                    let mut state = sh.lock_state();
+                    for (id, key) in ids.iter().zip(&keys) {
+                        if let Some(k) = key
+                            && state.pending_keys.get(k) == Some(id)
+                        {
+                            state.pending_keys.remove(k);
+                        }
                     }
-                    return Err(e);
                 }
+                let e = Error::from(e);
+                if let Error::NoSpace { segment, .. } = &e {
+                    sh.space_refused(*segment, now_ms);
+                }
+                return Err(e);
             }
         };
-        let ids = schedule_records(&body, &ends)
-            .map(|(_, b)| JobId(u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))))
-            .collect();
-        Ok((ids, Pending { lsn, body, ends }))
+        drop(ledger);
+        if new_ids.len() < ids.len() {
+            let mut state = sh.lock_state();
+            state.counters.deduplicated += (ids.len() - new_ids.len()) as u64;
+        }
+        let named_existing = new_ids.len() < ids.len();
+        Ok((
+            ids,
+            Pending {
+                lsn,
+                named_existing,
+                body,
+                ends,
+            },
+        ))
     }
 
     /// Waits until a pending batch is durable (as the durability mode says an acknowledgement
@@ -345,6 +467,9 @@ impl Engine {
     pub fn commit(&self, pending: Pending) -> Result<()> {
         let sh = &*self.shared;
         if pending.ends.is_empty() {
+            if pending.named_existing {
+                sh.wait_acknowledged(pending.lsn)?;
+            }
             return Ok(());
         }
         sh.wait_acknowledged(pending.lsn)?;
@@ -370,6 +495,9 @@ impl Engine {
                     // (by a load or a call naming it) before this commit got here: memory
                     // holds it already.
                     if state.jobs.contains_key(&s.id) || state.dead.contains_key(&s.id) {
+                        if let Some(k) = s.key {
+                            state.pending_keys.remove(k);
+                        }
                         continue;
                     }
                     earliest = earliest.min(s.due_ms);
@@ -709,6 +837,30 @@ fn schedule_records<'a>(body: &'a [u8], ends: &'a [usize]) -> impl Iterator<Item
     })
 }
 
+/// What an idempotency key made of one spec of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Named {
+    /// A new job.
+    New,
+    /// The key is held by this job: nothing is scheduled.
+    Existing(JobId),
+    /// The key was named earlier in the batch, by the spec at this index.
+    SameAs(usize),
+}
+
+/// The schedule records of `body` that are new jobs, end to end.
+fn without(body: &[u8], ends: &[usize], named: &[Named]) -> (Vec<u8>, Vec<usize>) {
+    let mut out = Vec::with_capacity(body.len());
+    let mut out_ends = Vec::with_capacity(ends.len());
+    for ((_, bytes), n) in schedule_records(body, ends).zip(named) {
+        if *n == Named::New {
+            out.extend_from_slice(bytes);
+            out_ends.push(out.len());
+        }
+    }
+    (out, out_ends)
+}
+
 fn rebase(ends: &[usize], start: usize) -> Vec<usize> {
     ends.iter().map(|e| e - start).collect()
 }
@@ -733,6 +885,7 @@ impl Shared {
             failed: state.counters.failed,
             dead: state.dead.len() as u64,
             retried: state.counters.retried,
+            deduplicated: state.counters.deduplicated,
             fired: state.counters.fired,
             claimed: state.counters.claimed,
             redelivered: state.counters.redelivered,
@@ -854,6 +1007,18 @@ impl Shared {
 
     /// Checks a spec against the limits; returns its due time.
     fn validate(&self, spec: &JobSpec, now_ms: u64) -> Result<u64> {
+        if let Some(key) = &spec.key
+            && (key.is_empty() || key.len() > self.config.key_bytes_max)
+        {
+            return Err(Error::invalid(
+                "key",
+                format!(
+                    "{} bytes; 1 to Config::key_bytes_max ({})",
+                    key.len(),
+                    self.config.key_bytes_max
+                ),
+            ));
+        }
         if spec.max_attempts > self.config.max_attempts_max {
             return Err(Error::invalid(
                 "max_attempts",

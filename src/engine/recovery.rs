@@ -92,6 +92,17 @@ pub(super) fn replay<S: Storage>(
             restored += 1;
         }
     }
+    // Keys of keyed jobs kept on disk beyond the horizon: a schedule naming one must find it.
+    for (&bucket, entry) in manifest.buckets.range(far_from..) {
+        if entry.keyed == 0 {
+            continue;
+        }
+        for job in store::load_bucket(wal.storage(), bucket, entry)?.into_values() {
+            if let Some(key) = job.key {
+                state.keys.insert(std::sync::Arc::from(key), job.id);
+            }
+        }
+    }
     state.counters.completed = manifest.completed;
     state.counters.cancelled = manifest.cancelled;
     state.counters.failed = manifest.failed;

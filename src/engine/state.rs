@@ -15,7 +15,7 @@ use crossbeam_channel::Sender;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::table::{Counters, Dead, Extra, ExtraMap, IdSet, Job, JobMap, Payload};
+use super::table::{Counters, Dead, Extra, ExtraMap, IdSet, Job, JobMap, KeyMap, Payload};
 use crate::job::{Claimed, DeadJob, JobId, JobInfo, JobQuery, JobState};
 use crate::record::{BURY_EXPIRED, Event, FLAG_BINARY_PAYLOAD, RETRY_FAILED};
 use crate::store::bucket::StoredJob;
@@ -65,6 +65,10 @@ pub(crate) struct State {
     pub extra: ExtraMap,
     /// The dead-letter set.
     pub dead: BTreeMap<JobId, Dead>,
+    /// Idempotency keys of every keyed job, live or dead, in memory or kept on disk.
+    pub keys: KeyMap,
+    /// Keys of schedules appended but not yet visible (their `commit` has not applied them).
+    pub pending_keys: KeyMap,
 }
 
 /// Index of a state in `State::in_state`.
@@ -126,6 +130,8 @@ impl State {
             far_gone: IdSet::default(),
             extra: ExtraMap::default(),
             dead: BTreeMap::new(),
+            keys: KeyMap::default(),
+            pending_keys: KeyMap::default(),
         }
     }
 
@@ -156,6 +162,11 @@ impl State {
                 if self.jobs.contains_key(&s.id) || self.dead.contains_key(&s.id) {
                     return Err("job scheduled twice");
                 }
+                if let Some(key) = s.key
+                    && self.keys.get(key).is_some_and(|&other| other != s.id)
+                {
+                    return Err("idempotency key held by another job");
+                }
                 self.insert_scheduled(
                     s.id,
                     s.due_ms,
@@ -163,11 +174,19 @@ impl State {
                     s.flags & FLAG_BINARY_PAYLOAD != 0,
                     live,
                 );
+                let key: Option<Arc<[u8]>> = s.key.map(Arc::from);
+                if let Some(k) = &key {
+                    self.keys.insert(k.clone(), s.id);
+                    if self.pending_keys.get(k) == Some(&s.id) {
+                        self.pending_keys.remove(k);
+                    }
+                }
                 let extra = Extra {
                     tenant: s.tenant,
                     max_attempts: s.max_attempts,
                     backoff: s.backoff,
                     last_error: None,
+                    key,
                 };
                 if !extra.is_empty() {
                     self.extra.insert(s.id, extra);
@@ -176,7 +195,7 @@ impl State {
             }
             Event::Cancel { id } => {
                 self.waiting(id)?;
-                self.extra.remove(&id);
+                self.forget_extra(id);
                 let job = self.jobs.remove(&id).expect("checked");
                 if live {
                     assert!(matches!(job.state, JobState::Scheduled | JobState::Ready));
@@ -395,6 +414,9 @@ impl State {
                     .dead
                     .remove(&id)
                     .ok_or("purge of a job that is not dead")?;
+                if let Some(k) = &dead.extra.key {
+                    self.release_key(k, id);
+                }
                 if dead.far_copy {
                     self.far_gone.insert(id);
                 }
@@ -403,7 +425,7 @@ impl State {
             Event::Complete { id, attempt } | Event::Fail { id, attempt, .. } => {
                 self.holding(id, attempt)
                     .map_err(|_| "finish by an attempt that does not hold the lease")?;
-                self.extra.remove(&id);
+                self.forget_extra(id);
                 let job = self.jobs.remove(&id).expect("checked");
                 if live {
                     assert!(matches!(job.state, JobState::Running | JobState::Ready));
@@ -433,11 +455,19 @@ impl State {
         if job.leased && job.attempt == 0 {
             return Err("job leased by attempt 0");
         }
+        let key: Option<Arc<[u8]>> = job.key.as_deref().map(Arc::from);
+        if let Some(k) = &key {
+            if self.keys.get(k).is_some_and(|&other| other != job.id) {
+                return Err("idempotency key held by another job");
+            }
+            self.keys.insert(k.clone(), job.id);
+        }
         let extra = Extra {
             tenant: job.tenant,
             max_attempts: job.max_attempts,
             backoff: job.backoff,
             last_error: job.last_error.as_deref().map(Arc::from),
+            key,
         };
         if let Some((died_at_ms, expired)) = job.dead {
             if job.leased {
@@ -588,6 +618,21 @@ impl State {
             }
         }
         true
+    }
+
+    /// Drops what a finished job kept beside the table, its key included.
+    fn forget_extra(&mut self, id: JobId) {
+        // A keyed job in the table has its extra: one kept on disk is read back (with it)
+        // before a record changes it.
+        if let Some(Extra { key: Some(k), .. }) = self.extra.remove(&id) {
+            self.release_key(&k, id);
+        }
+    }
+
+    fn release_key(&mut self, key: &[u8], id: JobId) {
+        if self.keys.get(key) == Some(&id) {
+            self.keys.remove(key);
+        }
     }
 
     /// A job whose lease `attempt` holds in the log: what finishing it needs.
@@ -896,6 +941,7 @@ impl State {
             failures: j.failures,
             last_error: extra.and_then(|e| e.last_error.clone()),
             tenant: extra.map_or(0, |e| e.tenant),
+            key: extra.and_then(|e| e.key.clone()),
             payload: j.payload.to_shared(),
         })
     }
@@ -905,6 +951,7 @@ impl State {
         self.dead.get(&id).map(|d| DeadJob {
             id,
             tenant: d.extra.tenant,
+            key: d.extra.key.clone(),
             due_ms: d.due_ms,
             attempt: d.attempt,
             failures: d.failures,

@@ -45,6 +45,8 @@ pub(crate) struct Extra {
     pub max_attempts: u32,
     pub backoff: Option<(u32, u32)>,
     pub last_error: Option<Arc<str>>,
+    /// The idempotency key (also in `State::keys`).
+    pub key: Option<Arc<[u8]>>,
 }
 
 impl Extra {
@@ -126,6 +128,8 @@ pub(crate) struct Counters {
     pub requeued: u64,
     /// Failed attempts followed by a retry, since open.
     pub retried: u64,
+    /// Schedules that named the key of an existing job, since open.
+    pub deduplicated: u64,
 }
 
 /// The hash of a job id. Ids are handed out in sequence, so the id's sequence number
@@ -157,4 +161,6 @@ impl Hasher for IdHasher {
 
 pub(crate) type JobMap = HashMap<JobId, Job, BuildHasherDefault<IdHasher>>;
 pub(crate) type ExtraMap = HashMap<JobId, Extra, BuildHasherDefault<IdHasher>>;
+/// Idempotency keys of the jobs that have one, live or dead, resident or not.
+pub(crate) type KeyMap = HashMap<Arc<[u8]>, JobId>;
 pub(crate) type IdSet = std::collections::HashSet<JobId, BuildHasherDefault<IdHasher>>;

@@ -151,6 +151,7 @@ struct Fields {
     after: Option<Value>,
     limit: Option<Value>,
     all: Option<Value>,
+    key: Option<Value>,
 }
 
 impl Fields {
@@ -173,6 +174,7 @@ impl Fields {
             Key::After => self.after.as_ref(),
             Key::Limit => self.limit.as_ref(),
             Key::All => self.all.as_ref(),
+            Key::Idem => self.key.as_ref(),
             Key::Req | Key::Other => None,
         }
     }
@@ -204,6 +206,7 @@ impl Top {
             Key::After => &mut f.after,
             Key::Limit => &mut f.limit,
             Key::All => &mut f.all,
+            Key::Idem => &mut f.key,
         };
         *slot = Some(value);
     }
@@ -230,6 +233,7 @@ enum Key {
     After,
     Limit,
     All,
+    Idem,
     Other,
 }
 
@@ -254,6 +258,7 @@ impl Key {
             "after" => Key::After,
             "limit" => Key::Limit,
             "all" => Key::All,
+            "key" => Key::Idem,
             _ => Key::Other,
         }
     }
@@ -390,6 +395,9 @@ fn parse_schedule(obj: &Fields) -> Result<JobSpec, String> {
     let mut spec = parse_schedule_due_and_payload(obj)?;
     if let Some(t) = opt_u32(obj, "tenant")? {
         spec = spec.tenant(t);
+    }
+    if let Some(k) = opt_str(obj, "key")? {
+        spec = spec.key(k.as_bytes());
     }
     if let Some(m) = opt_u32(obj, "max_attempts")? {
         if m == 0 {
@@ -641,6 +649,7 @@ struct StatsJson {
     failed: u64,
     dead: u64,
     retried: u64,
+    deduplicated: u64,
     ready_queue_depth: u64,
     overdue: u64,
     fired: u64,
@@ -667,6 +676,7 @@ impl From<&Stats> for StatsJson {
             failed: s.failed,
             dead: s.dead,
             retried: s.retried,
+            deduplicated: s.deduplicated,
             ready_queue_depth: s.ready_queue_depth as u64,
             overdue: s.overdue,
             fired: s.fired,
@@ -1043,13 +1053,14 @@ mod tests {
     #[test]
     fn lifecycle_ops_parse_and_old_requests_keep_their_meaning() {
         let p = parse(
-            r#"{"op":"schedule","due_ms":5,"tenant":7,"max_attempts":3,"backoff":{"base_ms":10,"cap_ms":99}}"#,
+            r#"{"op":"schedule","due_ms":5,"tenant":7,"max_attempts":3,"backoff":{"base_ms":10,"cap_ms":99},"key":"order-1"}"#,
         );
         assert_eq!(
             p.request,
             Ok(Request::Schedule(
                 JobSpec::at(5)
                     .tenant(7)
+                    .key("order-1")
                     .max_attempts(3)
                     .backoff(crate::job::Backoff::new(10, 99))
             ))
@@ -1124,6 +1135,7 @@ mod tests {
         let dead = crate::job::DeadJob {
             id: JobId(12),
             tenant: 3,
+            key: None,
             due_ms: 10,
             attempt: 4,
             failures: 4,

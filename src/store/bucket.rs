@@ -25,9 +25,9 @@
 //!                 | leased u8 | reserved u16
 //! kind 3  Delete  id u64
 //! kind 4  Put2    the 48 bytes of a Put before payload_len's end, then
-//!                 failures u32 | fate u8 (1: dead, 2: expired, 4: backoff, 8: error)
+//!                 failures u32 | fate u8 (1: dead, 2: expired, 4: backoff, 8: error, 16: key)
 //!                 | reserved [u8; 3] | died_at_ms u64 | backoff_base_ms u32 | backoff_cap_ms u32
-//!                 | error_len u32 | reserved u32 | payload ... | error (UTF-8) ...
+//!                 | error_len u32 | key_len u32 | payload ... | error (UTF-8) ... | key ...
 //! kind 5  Patch2  the 24 bytes of a Patch (set may be 0), then
 //!                 failures_add u32 | fate u8 (1: reset failures first, 2: dead, 4: expired,
 //!                 8: error set) | reserved [u8; 3] | died_at_ms u64 | error_len u32
@@ -65,6 +65,7 @@ const FATE_DEAD: u8 = 1;
 const FATE_EXPIRED: u8 = 2;
 const FATE_BACKOFF: u8 = 4;
 const FATE_ERROR: u8 = 8;
+const FATE_KEY: u8 = 16;
 const FATE_RESET: u8 = 1;
 const FATE2_DEAD: u8 = 2;
 const FATE2_EXPIRED: u8 = 4;
@@ -101,6 +102,8 @@ pub struct StoredJob {
     pub backoff: Option<(u32, u32)>,
     /// The newest failure's reason.
     pub last_error: Option<String>,
+    /// The idempotency key.
+    pub key: Option<Vec<u8>>,
     /// The payload.
     pub payload: Vec<u8>,
 }
@@ -112,6 +115,7 @@ impl StoredJob {
             || self.dead.is_some()
             || self.backoff.is_some()
             || self.last_error.is_some()
+            || self.key.is_some()
     }
 }
 
@@ -242,7 +246,8 @@ fn pad8(n: usize) -> usize {
 pub fn put_bytes(job: &StoredJob) -> u64 {
     if job.has_fate() {
         let error = job.last_error.as_ref().map_or(0, String::len);
-        pad8(RECORD_HEADER_BYTES + PUT2_FIXED_BYTES + job.payload.len() + error) as u64
+        let key = job.key.as_ref().map_or(0, Vec::len);
+        pad8(RECORD_HEADER_BYTES + PUT2_FIXED_BYTES + job.payload.len() + error + key) as u64
     } else {
         pad8(RECORD_HEADER_BYTES + PUT_FIXED_BYTES + job.payload.len()) as u64
     }
@@ -297,7 +302,8 @@ pub fn encode_run(bucket: u64, generation: u64, covered_lsn: u64, entries: &[Ent
                             FATE_ERROR
                         } else {
                             0
-                        };
+                        }
+                        | if j.key.is_some() { FATE_KEY } else { 0 };
                     scratch.extend_from_slice(&[fate, 0, 0, 0]);
                     put_u64(&mut scratch, j.dead.map_or(0, |(at, _)| at));
                     let (base, cap) = j.backoff.unwrap_or((0, 0));
@@ -306,10 +312,13 @@ pub fn encode_run(bucket: u64, generation: u64, covered_lsn: u64, entries: &[Ent
                     let error = j.last_error.as_deref().unwrap_or("");
                     let elen = u32::try_from(error.len()).expect("reason length checked");
                     scratch.extend_from_slice(&elen.to_le_bytes());
-                    scratch.extend_from_slice(&[0; 4]);
+                    let key = j.key.as_deref().unwrap_or(&[]);
+                    let klen = u32::try_from(key.len()).expect("key length checked");
+                    scratch.extend_from_slice(&klen.to_le_bytes());
                     debug_assert_eq!(scratch.len(), PUT2_FIXED_BYTES);
                     scratch.extend_from_slice(&j.payload);
                     scratch.extend_from_slice(error.as_bytes());
+                    scratch.extend_from_slice(key);
                     KIND_PUT2
                 } else {
                     scratch.extend_from_slice(&j.payload);
@@ -466,6 +475,7 @@ pub fn decode_run(bytes: &[u8]) -> Result<(RunHeader, Vec<Entry>), RunError> {
                     dead: None,
                     backoff: None,
                     last_error: None,
+                    key: None,
                     payload: body[PUT_FIXED_BYTES..].to_vec(),
                 })
             }
@@ -507,22 +517,27 @@ fn decode_put2(body: &[u8]) -> Result<StoredJob, &'static str> {
     }
     let payload_len = u32_at(body, 44) as usize;
     let error_len = u32_at(body, 72) as usize;
-    if body.len() - PUT2_FIXED_BYTES != payload_len + error_len {
-        return Err("put2 record length does not match its payload and error");
+    let key_len = u32_at(body, 76) as usize;
+    if (body.len() - PUT2_FIXED_BYTES) as u64
+        != payload_len as u64 + error_len as u64 + key_len as u64
+    {
+        return Err("put2 record length does not match its payload, error and key");
     }
     let fate = body[52];
     if body[40] > 1
         || body[41..44] != [0, 0, 0]
         || body[53..56] != [0, 0, 0]
-        || u32_at(body, 76) != 0
-        || fate & !(FATE_DEAD | FATE_EXPIRED | FATE_BACKOFF | FATE_ERROR) != 0
+        || fate & !(FATE_DEAD | FATE_EXPIRED | FATE_BACKOFF | FATE_ERROR | FATE_KEY) != 0
         || (fate & FATE_EXPIRED != 0 && fate & FATE_DEAD == 0)
         || (fate & FATE_ERROR == 0 && error_len != 0)
+        || ((fate & FATE_KEY == 0) != (key_len == 0))
     {
         return Err("put2 record has bad flags or reserved bytes");
     }
     let error_at = PUT2_FIXED_BYTES + payload_len;
-    let error = std::str::from_utf8(&body[error_at..]).map_err(|_| "put2 error is not UTF-8")?;
+    let key_at = error_at + error_len;
+    let error =
+        std::str::from_utf8(&body[error_at..key_at]).map_err(|_| "put2 error is not UTF-8")?;
     let job = StoredJob {
         id: JobId(u64_at(body, 0)),
         due_ms: u64_at(body, 8),
@@ -537,6 +552,7 @@ fn decode_put2(body: &[u8]) -> Result<StoredJob, &'static str> {
         dead: (fate & FATE_DEAD != 0).then(|| (u64_at(body, 56), fate & FATE_EXPIRED != 0)),
         backoff: (fate & FATE_BACKOFF != 0).then(|| (u32_at(body, 64), u32_at(body, 68))),
         last_error: (fate & FATE_ERROR != 0).then(|| error.to_owned()),
+        key: (fate & FATE_KEY != 0).then(|| body[key_at..].to_vec()),
         payload: body[PUT2_FIXED_BYTES..error_at].to_vec(),
     };
     if !job.has_fate()
@@ -636,6 +652,7 @@ mod tests {
             dead: None,
             backoff: None,
             last_error: None,
+            key: None,
             payload: payload.to_vec(),
         }
     }
@@ -646,6 +663,7 @@ mod tests {
             dead: Some((0x77, true)),
             backoff: Some((10, 20)),
             last_error: Some("boom ✓".into()),
+            key: Some(b"order-9".to_vec()),
             leased: false,
             ..job(id, 40, b"xyz")
         }
@@ -751,7 +769,15 @@ mod tests {
                 dead: None,
                 backoff: None,
                 last_error: None,
+                key: None,
                 ..fated(2)
+            }),
+            Entry::Put(StoredJob {
+                failures: 0,
+                dead: None,
+                backoff: None,
+                last_error: None,
+                ..fated(5)
             }),
             Entry::Patch(Patch {
                 id: JobId(3),
@@ -788,7 +814,10 @@ mod tests {
             }
             k
         };
-        assert_eq!(kinds, [KIND_PUT2, KIND_PUT2, KIND_PATCH2, KIND_PATCH2]);
+        assert_eq!(
+            kinds,
+            [KIND_PUT2, KIND_PUT2, KIND_PUT2, KIND_PATCH2, KIND_PATCH2]
+        );
         for i in 0..bytes.len() {
             let mut b = bytes.clone();
             b[i] ^= 0x40;

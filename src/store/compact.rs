@@ -343,6 +343,7 @@ fn fold<S: Storage>(
                     dead: None,
                     backoff: s.backoff,
                     last_error: None,
+                    key: s.key.map(<[u8]>::to_vec),
                     payload: s.payload.to_vec(),
                 };
                 let before = tracks.insert(
@@ -538,6 +539,7 @@ fn fold<S: Storage>(
             );
             far.deleted.extend(&delta.deletes);
         }
+        let keyed_puts = delta.puts.iter().filter(|j| j.key.is_some()).count() as u32;
         let entries = delta.into_entries();
         let (entries, min_due_ms) = if merge {
             let mut jobs = load_bucket(storage, bucket, &entry)?;
@@ -554,11 +556,13 @@ fn fold<S: Storage>(
                 "a merge counts what it stacks"
             );
             let min = jobs.values().map(|j| j.due_ms).min();
+            entry.keyed = jobs.values().filter(|j| j.key.is_some()).count() as u32;
             doomed.extend(entry.runs.drain(..).map(|r| (bucket, r)));
             report.buckets_merged += u64::from(jobs_after > 0);
             report.buckets_dropped += u64::from(jobs_after == 0);
             (merged_entries(jobs), min.unwrap_or(0))
         } else {
+            entry.keyed = entry.keyed.saturating_add(keyed_puts);
             let min = match (entry.runs.is_empty(), min_due) {
                 (true, m) => m.unwrap_or(0),
                 (false, Some(m)) => m.min(entry.min_due_ms),

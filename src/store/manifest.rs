@@ -11,7 +11,7 @@
 //!  16 generation u64 (replacements so far) | 24 covered_lsn u64 | 32 next_run u64
 //!  40 ids_last u64 | 48 ids_reserved u64 | 56 completed u64 | 64 cancelled u64
 //!  72 failed u64 | 80 buckets u32 | 84 moved u32 | 88 reserved [u8; 24] = 0
-//! 112 buckets, ascending: bucket u64 | jobs u64 | min_due_ms u64 | runs u32 | reserved u32
+//! 112 buckets, ascending: bucket u64 | jobs u64 | min_due_ms u64 | runs u32 | keyed u32
 //!     then `runs` times, oldest first: generation u64 | bytes u64 | records u64
 //!     moved jobs, ascending by id: id u64 | bucket u64
 //! end crc u32 (crc32 of every byte before it) | reserved u32 = 0
@@ -57,6 +57,9 @@ pub struct BucketEntry {
     pub min_due_ms: u64,
     /// Its runs, oldest first.
     pub runs: Vec<RunRef>,
+    /// Jobs with an idempotency key put into it (an upper bound: exact after a merge). An
+    /// open reads the keys of a bucket beyond the horizon only when this is not 0.
+    pub keyed: u32,
 }
 
 /// What the manifest says.
@@ -137,7 +140,7 @@ impl Manifest {
             put_u64(&mut out, entry.jobs);
             put_u64(&mut out, entry.min_due_ms);
             out.extend_from_slice(&count(entry.runs.len()).to_le_bytes());
-            out.extend_from_slice(&[0; 4]);
+            out.extend_from_slice(&entry.keyed.to_le_bytes());
             for run in &entry.runs {
                 put_u64(&mut out, run.generation);
                 put_u64(&mut out, run.bytes);
@@ -213,14 +216,18 @@ impl Manifest {
             }
             last_bucket = Some(bucket);
             let runs = u32_at(bytes, s + 24);
-            if runs == 0 || u32_at(bytes, s + 28) != 0 {
-                return Err(err(s, "bucket with no runs or reserved bytes set"));
+            if runs == 0 {
+                return Err(err(s, "bucket with no runs"));
             }
             let mut entry = BucketEntry {
                 jobs: u64_at(bytes, s + 8),
                 min_due_ms: u64_at(bytes, s + 16),
                 runs: Vec::new(),
+                keyed: u32_at(bytes, s + 28),
             };
+            if u64::from(entry.keyed) > entry.jobs.max(u64::from(u32::MAX)) {
+                return Err(err(s, "more keyed jobs than jobs"));
+            }
             for _ in 0..runs {
                 let r = take(&mut at, 24)?;
                 let run = RunRef {
@@ -281,6 +288,7 @@ mod tests {
             491_234,
             BucketEntry {
                 jobs: 12,
+                keyed: 0,
                 min_due_ms: 1_768_442_400_000,
                 runs: vec![
                     RunRef {
