@@ -53,6 +53,18 @@ pub struct Config {
     pub max_attempts_max: u32,
     /// Longest idempotency key (`JobSpec::key`), in bytes.
     pub key_bytes_max: usize,
+    /// Serve tenants fairly: fired jobs wait in a queue per tenant, and the ready channel is
+    /// fed from them round-robin, `ready_channel_depth` ids at most, skipping tenants at their
+    /// running limit. Off: fired ids enter the channel in firing order, unbounded.
+    pub fair_tenants: bool,
+    /// With `fair_tenants`: ids in the ready channel at most (how far ahead of the workers
+    /// the round-robin is decided).
+    pub ready_channel_depth: usize,
+    /// With `fair_tenants`: running jobs a tenant may have at once (0: no limit), unless
+    /// `tenant_running_limits` names the tenant.
+    pub tenant_running_max: u32,
+    /// With `fair_tenants`: running limits of particular tenants (0: no limit).
+    pub tenant_running_limits: std::collections::BTreeMap<u32, u32>,
     /// Largest number of jobs the timer thread moves to the ready queue before it lets
     /// schedule and cancel calls through again.
     pub fires_per_advance_max: usize,
@@ -132,6 +144,10 @@ impl Config {
             retry_seed: 0x7477_6865_656c,
             max_attempts_max: 10_000,
             key_bytes_max: 256,
+            fair_tenants: false,
+            ready_channel_depth: 1024,
+            tenant_running_max: 0,
+            tenant_running_limits: std::collections::BTreeMap::new(),
             fires_per_advance_max: 4096,
             id_block: 1 << 16,
             timer_thread: true,
@@ -189,6 +205,9 @@ impl Config {
         if self.fires_per_advance_max == 0 || self.batch_jobs_max == 0 || self.page_jobs_max == 0 {
             return bad("fires_per_advance_max", "limits must be positive");
         }
+        if self.fair_tenants && self.ready_channel_depth == 0 {
+            return bad("ready_channel_depth", "must be positive");
+        }
         if self.retry.max_attempts == 0 || self.retry.max_attempts > self.max_attempts_max {
             return bad("retry", "max_attempts from 1 to Config::max_attempts_max");
         }
@@ -201,6 +220,14 @@ impl Config {
 
 /// Setters, one per field, for building a `Config` in one expression.
 impl Config {
+    /// Turns on [`Config::fair_tenants`](Config#structfield.fair_tenants), with a running
+    /// limit per tenant (0: none).
+    pub fn fair_tenants(mut self, tenant_running_max: u32) -> Self {
+        self.fair_tenants = true;
+        self.tenant_running_max = tenant_running_max;
+        self
+    }
+
     /// Sets [`Config::retry`](Config#structfield.retry).
     pub fn retry(mut self, retry: crate::RetryPolicy) -> Self {
         self.retry = retry;

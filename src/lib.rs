@@ -96,7 +96,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Config, Durability, RecoveryMode};
 #[cfg(feature = "async")]
 pub use engine::ClaimedStream;
-pub use engine::{DrainReport, Engine, Pending};
+pub use engine::{DrainReport, Engine, Pending, TenantStats};
 pub use error::{Error, Result};
 pub use job::{
     Backoff, Claimed, DeadJob, DeadPage, DeadQuery, Due, JobId, JobInfo, JobPage, JobQuery,

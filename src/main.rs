@@ -82,6 +82,14 @@ struct ServeArgs {
     /// stderr.
     #[arg(long, value_name = "ADDR")]
     metrics_addr: Option<std::net::SocketAddr>,
+    /// Serve tenants fairly: fired jobs are handed out round-robin across tenants (the
+    /// schedule's "tenant" field), each with at most N running deliveries (0: no limit).
+    #[arg(long, value_name = "N")]
+    fair_tenants: Option<u32>,
+    /// Failed attempts a job may have before it is dead (the schedule's "max_attempts"
+    /// overrides it).
+    #[arg(long, value_name = "N", default_value_t = Config::new("").retry.max_attempts)]
+    max_attempts: u32,
 }
 
 /// Input buffer of `serve`: large enough that a burst of requests is read, and batched, at
@@ -141,6 +149,10 @@ fn run_demo(args: DemoArgs) -> ExitCode {
 fn run_serve(args: ServeArgs) -> ExitCode {
     let mut config = Config::new(&args.dir);
     config.lease_ms = args.lease_ms;
+    config.retry.max_attempts = args.max_attempts;
+    if let Some(limit) = args.fair_tenants {
+        config = config.fair_tenants(limit);
+    }
     // Installed first, so that a SIGTERM during a long recovery also ends in a flush and
     // exit 0 (serving stops at once) rather than in death by signal.
     let stop = match stop_on_signals() {

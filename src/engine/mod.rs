@@ -18,6 +18,8 @@ pub use asynch::ClaimedStream;
 mod compactor;
 mod dead;
 mod erased;
+mod fair;
+pub use fair::TenantStats;
 mod ids;
 mod keys;
 mod recovery;
@@ -165,6 +167,13 @@ impl Engine {
         }
         let (ready_tx, ready_rx) = crossbeam_channel::unbounded();
         let mut state = State::new(clock.now_ms(), 0, config.lease_ms, ready_tx);
+        if config.fair_tenants {
+            state.fair = Some(fair::Fair::new(
+                config.ready_channel_depth,
+                config.tenant_running_max,
+                config.tenant_running_limits.clone(),
+            ));
+        }
         let resident_below =
             crate::store::bucket_of(state.now_ms.saturating_add(config.horizon_ms)) + 1;
         let replayed = recovery::replay(
@@ -599,6 +608,16 @@ impl Engine {
             ..query.clone()
         });
         Ok(crate::JobPage { jobs, next })
+    }
+
+    /// Each tenant's queued, in-channel and running jobs and its running limit, with
+    /// `Config::fair_tenants` on (empty otherwise).
+    pub fn tenant_stats(&self) -> Vec<TenantStats> {
+        self.shared
+            .lock_state()
+            .fair
+            .as_ref()
+            .map_or_else(Vec::new, fair::Fair::stats)
     }
 
     /// Counts, queue depth, fire lateness and claim wait.

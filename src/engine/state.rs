@@ -69,6 +69,8 @@ pub(crate) struct State {
     pub keys: KeyMap,
     /// Keys of schedules appended but not yet visible (their `commit` has not applied them).
     pub pending_keys: KeyMap,
+    /// Per-tenant queues feeding the ready channel round-robin (`Config::fair_tenants`).
+    pub fair: Option<super::fair::Fair>,
 }
 
 /// Index of a state in `State::in_state`.
@@ -132,6 +134,7 @@ impl State {
             dead: BTreeMap::new(),
             keys: KeyMap::default(),
             pending_keys: KeyMap::default(),
+            fair: None,
         }
     }
 
@@ -291,6 +294,7 @@ impl State {
                 let key = self.leases.insert(lease_until_ms, id.0);
                 self.jobs.get_mut(&id).expect("present").timer = Some(key);
                 self.count(Some(JobState::Ready), Some(JobState::Running));
+                self.taken(id, true);
                 self.counters.claimed += 1;
                 let wait_us = now_ms.saturating_sub(ready_at_ms).saturating_mul(1000);
                 self.claim_wait_us.saturating_record(wait_us.max(1));
@@ -304,6 +308,9 @@ impl State {
                 reason,
             } => {
                 self.holding(id, attempt)?;
+                if live && self.jobs[&id].state == JobState::Running {
+                    self.stopped_running(id);
+                }
                 let now_ms = self.now_ms;
                 if flags & RETRY_FAILED != 0 {
                     let e = self.extra.entry(id).or_default();
@@ -343,6 +350,9 @@ impl State {
                 reason,
             } => {
                 self.holding(id, attempt)?;
+                if live && self.jobs[&id].state == JobState::Running {
+                    self.stopped_running(id);
+                }
                 let job = self.jobs.remove(&id).expect("checked");
                 if live {
                     assert!(matches!(job.state, JobState::Running | JobState::Ready));
@@ -425,6 +435,9 @@ impl State {
             Event::Complete { id, attempt } | Event::Fail { id, attempt, .. } => {
                 self.holding(id, attempt)
                     .map_err(|_| "finish by an attempt that does not hold the lease")?;
+                if live && self.jobs[&id].state == JobState::Running {
+                    self.stopped_running(id);
+                }
                 self.forget_extra(id);
                 let job = self.jobs.remove(&id).expect("checked");
                 if live {
@@ -612,7 +625,7 @@ impl State {
                 );
                 self.count(Some(JobState::Running), Some(JobState::Ready));
                 self.counters.redelivered += 1;
-                self.send(job.id);
+                self.deliver(job.id);
             } else {
                 entry.timer = Some(self.due.insert(job.due_ms.max(now_ms), job.id.0));
             }
@@ -734,11 +747,59 @@ impl State {
                 .saturating_mul(1000);
             self.lateness_us.saturating_record(late_us.max(1));
             self.counters.fired += 1;
-            self.send(id);
+            self.deliver(id);
         }
         ArmReport {
             missed: missed.len() as u64,
             interrupted,
+        }
+    }
+
+    /// A job is ready: into the channel, or into its tenant's queue with fairness on.
+    fn deliver(&mut self, id: JobId) {
+        if self.fair.is_none() {
+            self.send(id);
+            return;
+        }
+        let tenant = self.tenant_of(id);
+        if let Some(fair) = self.fair.as_mut() {
+            fair.enqueue(id, tenant);
+        }
+        self.refill();
+    }
+
+    /// Feeds the ready channel from the tenants' queues (fairness on), as far as it may.
+    pub fn refill(&mut self) {
+        if let (Some(fair), Some(tx)) = (self.fair.as_mut(), self.ready_tx.as_ref()) {
+            fair.refill(tx, &self.jobs, self.now_ms);
+        }
+    }
+
+    /// A job's tenant.
+    pub fn tenant_of(&self, id: JobId) -> u32 {
+        self.extra.get(&id).map_or(0, |e| e.tenant)
+    }
+
+    /// With fairness on: a running job stopped running, its tenant may run another.
+    fn stopped_running(&mut self, id: JobId) {
+        if self.fair.is_none() {
+            return;
+        }
+        let tenant = self.tenant_of(id);
+        if let Some(fair) = self.fair.as_mut() {
+            fair.stopped(tenant);
+        }
+    }
+
+    /// With fairness on: an id taken from the channel was looked at by a claim (`claimed`:
+    /// it was claimed).
+    pub fn taken(&mut self, id: JobId, claimed: bool) {
+        if self.fair.is_none() {
+            return;
+        }
+        let tenant = claimed.then(|| self.tenant_of(id));
+        if let Some(fair) = self.fair.as_mut() {
+            fair.taken(id, tenant);
         }
     }
 
@@ -841,7 +902,7 @@ impl State {
             let late_us = now_us.saturating_sub(due_ms.saturating_mul(1000));
             self.lateness_us.saturating_record(late_us.max(1));
             self.counters.fired += 1;
-            self.send(id);
+            self.deliver(id);
             fired += 1;
         }
         fired
@@ -869,12 +930,21 @@ impl State {
                     self.count(Some(JobState::Running), Some(JobState::Ready));
                     self.counters.redelivered += 1;
                     run.expired += 1;
-                    self.send(id);
+                    self.stopped_running(id);
+                    self.deliver(id);
                 }
                 JobState::Ready => {
                     tracing::debug!(%id, "ready job not claimed within the lease; queued again");
                     run.requeued += 1;
                     self.counters.requeued += 1;
+                    if self.fair.is_some() {
+                        let (tenant, lease_ms) = (self.tenant_of(id), self.lease_ms);
+                        if let Some(fair) = self.fair.as_mut() {
+                            fair.requeue(id, tenant, now_ms, lease_ms);
+                        }
+                        self.refill();
+                        continue;
+                    }
                     // The channel holding at least as many ids as there are ready jobs most
                     // likely holds this one: do not let a slow backlog double itself.
                     let queued = self.ready_tx.as_ref().map_or(0, |tx| tx.len() as u64);

@@ -327,11 +327,14 @@ impl Shared {
             let mut state = sh.settle(sh.lock_state(), chunk.iter().copied());
             let now_ms = state.observe_time(sh.clock.now_ms());
             let lease_until_ms = now_ms.saturating_add(sh.config.lease_ms);
+            // Ids looked at and not claimed (stale, or buried): fairness's channel slots free.
+            let mut unclaimed = Vec::new();
             for &id in chunk {
                 let job = match state.can_claim(id) {
                     Some(job) if seen.insert(id) => job,
                     _ => {
                         ready_at.push(None);
+                        unclaimed.push(id);
                         continue;
                     }
                 };
@@ -350,6 +353,7 @@ impl Shared {
                     });
                     ready_at.push(None);
                     marked.push(id);
+                    unclaimed.push(id);
                     continue;
                 }
                 if job.lease_open {
@@ -373,6 +377,12 @@ impl Shared {
                 if lease_until_ms < state.sleeping_until_ms {
                     sh.wake.notify_all();
                 }
+            }
+            if state.fair.is_some() {
+                for id in unclaimed {
+                    state.taken(id, false);
+                }
+                state.refill();
             }
             claimed.extend(
                 chunk
@@ -494,11 +504,13 @@ impl Shared {
             if plan.is_empty() {
                 continue;
             }
-            let (appended, state) = self.append_apply(state, &plan, &marked);
+            let (appended, mut state) = self.append_apply(state, &plan, &marked);
             last_lsn = Some(appended?);
             if earliest < state.sleeping_until_ms {
                 self.wake.notify_all();
             }
+            // A tenant at its running limit may run another now.
+            state.refill();
             if state.draining && state.in_state[state_index(JobState::Running)] == 0 {
                 self.finished.notify_all();
             }
