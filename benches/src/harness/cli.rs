@@ -51,6 +51,7 @@ fn commit() -> String {
 /// Runs the plan of `opts` and returns everything measured.
 pub fn execute(opts: &Options) -> Results {
     let started = Instant::now();
+    let load_at_start = super::machine::load_average().unwrap_or(f64::NAN);
     let date = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let mut sizes = if opts.quick {
         Sizes::quick()
@@ -92,7 +93,10 @@ pub fn execute(opts: &Options) -> Results {
         .map(|w| run_workload(w, &progress))
         .collect();
     progress.finish();
-    let machine = Machine::describe(&root);
+    let machine = Machine {
+        load_at_start,
+        ..Machine::describe(&root)
+    };
     std::fs::remove_dir_all(&root).ok();
     Results {
         command: opts.command.clone(),

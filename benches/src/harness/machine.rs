@@ -20,6 +20,8 @@ pub struct Machine {
     pub data_fs: String,
     /// The data directory.
     pub data_dir: String,
+    /// /proc/loadavg's 1-minute figure when the run started: other work on the machine.
+    pub load_at_start: f64,
 }
 
 impl Machine {
@@ -37,16 +39,33 @@ impl Machine {
             data_fs: filesystem_of(&mounts, &dir.to_string_lossy())
                 .unwrap_or_else(|| "unknown".into()),
             data_dir: dir.display().to_string(),
+            load_at_start: load_average().unwrap_or(f64::NAN),
         }
     }
 
     /// One line for the report.
     pub fn line(&self) -> String {
         format!(
-            "{} cores ({}), {:.1} GiB memory, kernel {}, data directory on {}",
-            self.cores, self.cpu_model, self.memory_gib, self.kernel, self.data_fs
+            "{} cores ({}), {:.1} GiB memory, kernel {}, data directory on {}; load average {:.2} \
+             when the run started",
+            self.cores,
+            self.cpu_model,
+            self.memory_gib,
+            self.kernel,
+            self.data_fs,
+            self.load_at_start
         )
     }
+}
+
+/// The 1-minute load average, from /proc/loadavg.
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The first line of a command's stdout.

@@ -126,6 +126,7 @@ pub fn run_workload(w: &mut Workload, progress: &Progress) -> WorkloadResult {
             .unwrap_or_default(),
         ..Default::default()
     };
+    let started = std::time::Instant::now();
     let mut failed = vec![false; w.systems.len()];
     for run in 0..w.runs {
         for (i, system) in w.systems.iter_mut().enumerate() {
@@ -157,6 +158,7 @@ pub fn run_workload(w: &mut Workload, progress: &Progress) -> WorkloadResult {
             progress.done();
         }
     }
+    out.elapsed_s = started.elapsed().as_secs_f64();
     out
 }
 

@@ -95,9 +95,7 @@ pub fn markdown(r: &Results, level: usize, plots: &PlotLinks) -> String {
 
 fn table(out: &mut String, w: &WorkloadResult, heading: &str) {
     let _ = writeln!(out, "{heading} {} (`{}`)\n", w.title, w.id);
-    if !w.note.is_empty() {
-        let _ = writeln!(out, "{}\n", w.note);
-    }
+    let _ = writeln!(out, "{} (took {:.0} s)\n", w.note, w.elapsed_s);
     let _ = writeln!(
         out,
         "| figure | system | runs | min | median | max | × timewheel |"

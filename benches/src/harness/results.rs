@@ -75,6 +75,8 @@ pub struct WorkloadResult {
     pub metrics: Vec<MetricResult>,
     /// Failures during the run, one line each.
     pub errors: Vec<String>,
+    /// How long the workload took, all runs and systems, s.
+    pub elapsed_s: f64,
 }
 
 /// Which plot a workload goes into.

@@ -91,9 +91,19 @@ impl Sizes {
         };
         Sizes {
             runs: 2,
-            wheel: vec![("wheel-100k", ten_minutes, 2)],
+            wheel: vec![
+                ("wheel-100k", ten_minutes, 2),
+                (
+                    "wheel-1m",
+                    Shape {
+                        timers: 1_000_000,
+                        ..ten_minutes
+                    },
+                    2,
+                ),
+            ],
             batch_jobs: 100_000,
-            single_secs: 0.5,
+            single_secs: 1.0,
             lateness_jobs: 100_000,
             lateness_lead_ms: 500,
             sidecar_jobs: 20_000,
@@ -101,7 +111,8 @@ impl Sizes {
             burst: (200_000, 3_000),
             recovery_jobs: 1_000_000,
             resident_jobs: 200_000,
-            compaction_jobs: 300_000,
+            // Enough to seal segments (64 MiB each): an unsealed one is not folded.
+            compaction_jobs: 1_000_000,
             horizon_jobs: None,
             listing_jobs: 100_000,
         }
