@@ -98,7 +98,7 @@ where
             .margin(8)
             .x_label_area_size(24)
             .y_label_area_size(8)
-            .build_cartesian_2d(0.0..top * 1.7, 0.0..n)?;
+            .build_cartesian_2d(0.0..top * 2.2, 0.0..n)?;
         chart
             .configure_mesh()
             .disable_y_mesh()
@@ -121,7 +121,7 @@ where
             )))?;
             chart.draw_series(std::iter::once(Text::new(
                 format!("{system}: {}", fmt_value(s.median)),
-                (s.max.max(s.median) + top * 0.02, y + 0.7),
+                (s.max.max(s.median) + top * 0.03, y + 0.7),
                 (FAMILY, 13),
             )))?;
         }
@@ -207,7 +207,7 @@ where
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::LowerRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .label_font((FAMILY, 14))

@@ -111,8 +111,8 @@ impl Sizes {
             burst: (200_000, 3_000),
             recovery_jobs: 1_000_000,
             resident_jobs: 200_000,
-            // Enough to seal segments (64 MiB each): an unsealed one is not folded.
-            compaction_jobs: 1_000_000,
+            // Enough to seal a segment (64 MiB): an unsealed one is not folded.
+            compaction_jobs: 500_000,
             horizon_jobs: None,
             listing_jobs: 100_000,
         }
