@@ -1,7 +1,7 @@
 //! Benchmarks of timewheel beside its peers, and the harness that runs them all.
 //!
 //! The workloads live here, as functions that measure once and return figures, so that the
-//! harness binary (`cargo run --release -p timewheel-benches`, in `src/main.rs`) and the
+//! harness binary (`cargo run --release -p timewheel-benches`, in `src/bin/harness.rs`) and the
 //! `cargo bench` targets run the same code:
 //! - [`wheel`]: the timing wheel beside DelayQueue, BinaryHeap and BTreeMap;
 //! - [`engine`]: the durable engine end to end (schedules, firing, recovery, compaction);
