@@ -94,16 +94,16 @@ impl Sizes {
             wheel: vec![
                 ("wheel-100k", ten_minutes, 2),
                 (
-                    "wheel-1m",
+                    "wheel-500k",
                     Shape {
-                        timers: 1_000_000,
+                        timers: 500_000,
                         ..ten_minutes
                     },
                     2,
                 ),
             ],
             batch_jobs: 100_000,
-            single_secs: 1.0,
+            single_secs: 0.5,
             lateness_jobs: 100_000,
             lateness_lead_ms: 500,
             sidecar_jobs: 20_000,
