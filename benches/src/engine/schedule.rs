@@ -1,0 +1,119 @@
+//! Durable schedules: batches, and single calls from threads or async tasks.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use timewheel::{Config, Durability, Engine, JobSpec};
+
+use super::now_ms;
+
+/// `schedule_batch` throughput in jobs/s: `jobs` jobs with 16-byte payloads in batches of
+/// `batch`, from `threads` threads, due an hour ahead.
+pub fn batch(dir: &Path, jobs: u64, batch: u64, threads: u64, durability: Durability) -> f64 {
+    let config = Config::new(dir).durability(durability);
+    let engine = Arc::new(Engine::open(config).expect("open"));
+    let due = now_ms() + 3_600_000;
+    let per_thread = jobs / threads;
+    let t = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let engine = engine.clone();
+            std::thread::spawn(move || {
+                let mut i = 0;
+                while i < per_thread {
+                    let n = batch.min(per_thread - i);
+                    engine
+                        .schedule_batch(
+                            (i..i + n).map(|k| JobSpec::at(due + k % 1000).payload([7u8; 16])),
+                        )
+                        .expect("schedule");
+                    i += n;
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("scheduler");
+    }
+    let rate = (per_thread * threads) as f64 / t.elapsed().as_secs_f64();
+    close(engine);
+    rate
+}
+
+fn close(engine: Arc<Engine>) {
+    Arc::into_inner(engine)
+        .expect("every user joined")
+        .close()
+        .expect("close");
+}
+
+/// Single durable `schedule` calls per second from `threads` threads, for `secs`.
+pub fn single_threads(dir: &Path, threads: usize, secs: f64) -> f64 {
+    let engine = Arc::new(Engine::open(Config::new(dir)).expect("open"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let due = now_ms() + 3_600_000;
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (engine, stop, count) = (engine.clone(), stop.clone(), count.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    engine
+                        .schedule(JobSpec::at(due).payload([1u8; 16]))
+                        .expect("schedule");
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join().expect("thread");
+    }
+    let rate = count.load(Ordering::Relaxed) as f64 / t.elapsed().as_secs_f64();
+    close(engine);
+    rate
+}
+
+/// Single durable `schedule_async` calls per second from `tasks` tasks on a tokio runtime with
+/// two worker threads, for `secs`: futures woken by group commit, no parked thread per call.
+pub fn single_async(dir: &Path, tasks: usize, secs: f64) -> f64 {
+    let engine = Arc::new(Engine::open(Config::new(dir)).expect("open"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let due = now_ms() + 3_600_000;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .expect("runtime");
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let (engine, stop, count) = (engine.clone(), stop.clone(), count.clone());
+            runtime.spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    engine
+                        .schedule_async(JobSpec::at(due).payload([1u8; 16]))
+                        .await
+                        .expect("schedule");
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    stop.store(true, Ordering::Relaxed);
+    runtime.block_on(async {
+        for h in handles {
+            h.await.expect("task");
+        }
+    });
+    let rate = count.load(Ordering::Relaxed) as f64 / t.elapsed().as_secs_f64();
+    drop(runtime);
+    close(engine);
+    rate
+}
