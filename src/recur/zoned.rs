@@ -2,8 +2,9 @@
 //! `recur/mod.rs`: a skipped wall-clock time fires at the first valid instant after its gap,
 //! a repeated one once, at its first pass.
 //!
-//! croner searches the naive wall clock (`NaiveDateTime`), where every time happens exactly
-//! once; [`instant_of`] maps a wall-clock match to its one instant. That map never goes
+//! The search runs on the naive wall clock (`NaiveDateTime`), where every time happens exactly
+//! once: the bit-set search of `fields.rs`, or croner's for expressions it does not cover.
+//! [`instant_of`] maps a wall-clock match to its one instant. That map never goes
 //! backwards (later wall-clock times never map to earlier instants), so the next occurrence
 //! after an instant is the map of the first match at or after the first wall-clock time that
 //! maps past it. That time is the instant's own wall clock, except on the second pass of a
@@ -11,23 +12,24 @@
 
 use chrono::{DateTime, LocalResult, NaiveDateTime, TimeDelta, TimeZone, Timelike};
 use chrono_tz::Tz;
-use croner::Cron;
+
+use super::CronSchedule;
 
 /// The longest run of skipped or repeated wall-clock time searched for, in seconds: twice the
 /// longest transition in the tz database (Pacific/Apia skipped 30 December 2011, a whole day).
 const TRANSITION_SECONDS_MAX: i64 = 2 * 86_400;
 
-/// The first occurrence of `cron` in `zone` strictly after `after_ms`.
-pub(super) fn next_after(cron: &Cron, zone: Tz, after_ms: u64) -> Option<u64> {
+/// The first occurrence of `schedule` strictly after `after_ms`.
+pub(super) fn next_after(schedule: &CronSchedule, after_ms: u64) -> Option<u64> {
+    let zone = schedule.zone;
     let after_ms = i64::try_from(after_ms).ok()?;
     let after = DateTime::from_timestamp_millis(after_ms)?;
-    // Whole seconds: croner steps off the start's second, so a match lies past the sub-second
-    // part too.
+    // From the next whole second: matches fall on whole seconds, strictly after `after`.
     let wall = after
         .with_timezone(&zone)
         .naive_local()
         .with_nanosecond(0)?;
-    let mut wall_match = cron.find_next_occurrence(&wall, false).ok()?;
+    let mut wall_match = first_match(schedule, wall.checked_add_signed(TimeDelta::seconds(1))?)?;
     let mut next_ms = instant_of(zone, wall_match)?;
     if next_ms <= after_ms {
         // `after` is on the second pass of a repeated range and the match lies in that range:
@@ -37,17 +39,19 @@ pub(super) fn next_after(cron: &Cron, zone: Tz, after_ms: u64) -> Option<u64> {
             "only a repeated time maps behind"
         );
         let range_end = run_end(wall_match, |wall| is_repeated(zone, wall))?;
-        wall_match = cron.find_next_occurrence(&range_end, true).ok()?;
+        wall_match = first_match(schedule, range_end)?;
         next_ms = instant_of(zone, wall_match)?;
     }
     assert!(next_ms > after_ms, "{next_ms} <= {after_ms}");
     u64::try_from(next_ms).ok()
 }
 
-/// Whether `cron` matches any wall-clock time at all (croner searches up to the year 5000).
-pub(super) fn matches_some_date(cron: &Cron) -> bool {
-    cron.find_next_occurrence(&DateTime::UNIX_EPOCH.naive_utc(), true)
-        .is_ok()
+/// The first wall-clock second at or after `from` that the expression matches.
+pub(super) fn first_match(schedule: &CronSchedule, from: NaiveDateTime) -> Option<NaiveDateTime> {
+    match &schedule.fields {
+        Some(fields) => fields.next_at_or_after(from),
+        None => schedule.parsed.find_next_occurrence(&from, true).ok(),
+    }
 }
 
 /// The one instant a wall-clock time fires at, in milliseconds since the epoch: its own, the
