@@ -76,6 +76,7 @@ pub mod metrics;
 pub mod record;
 #[cfg(not(feature = "testing"))]
 mod record;
+pub mod recur;
 #[cfg(feature = "cli")]
 pub mod repair;
 #[cfg(feature = "sidecar")]
@@ -102,4 +103,5 @@ pub use job::{
     Backoff, Claimed, DeadJob, DeadPage, DeadQuery, Due, JobId, JobInfo, JobPage, JobQuery,
     JobSpec, JobState, Outcome, RetryPolicy,
 };
+pub use recur::{CronSchedule, Every, RecurError, Recurrence};
 pub use stats::{CompactionReport, LogStats, RecoveryStats, Stats, StoreStats};

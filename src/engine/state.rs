@@ -177,12 +177,19 @@ impl State {
                     s.flags & FLAG_BINARY_PAYLOAD != 0,
                     live,
                 );
-                let key: Option<Arc<[u8]>> = s.key.map(Arc::from);
+                // The key's allocation made when the schedule was appended moves over.
+                let key: Option<Arc<[u8]>> = s.key.map(|k| {
+                    match self.pending_keys.remove_entry(k) {
+                        Some((pending, id)) if id == s.id => pending,
+                        Some((pending, id)) => {
+                            self.pending_keys.insert(pending, id);
+                            Arc::from(k)
+                        }
+                        None => Arc::from(k),
+                    }
+                });
                 if let Some(k) = &key {
                     self.keys.insert(k.clone(), s.id);
-                    if self.pending_keys.get(k) == Some(&s.id) {
-                        self.pending_keys.remove(k);
-                    }
                 }
                 let extra = Extra {
                     tenant: s.tenant,

@@ -252,6 +252,7 @@ impl Engine {
     }
 }
 
+#[cfg(feature = "sidecar")]
 impl Engine {
     /// Fails many claimed jobs, each retryable or not, with one durability wait (the
     /// sidecar's runs of `fail`).

@@ -6,6 +6,7 @@
 //! tmpfs costs nothing and would flatter every durable figure.
 
 pub mod firing;
+pub mod lifecycle;
 pub mod schedule;
 pub mod store;
 

@@ -6,7 +6,7 @@ use timewheel::Durability;
 
 use super::results::{Kind, Metric};
 use super::{System, Workload};
-use crate::engine::{Percentiles, firing, fresh, schedule, store};
+use crate::engine::{Percentiles, firing, fresh, lifecycle, schedule, store};
 use crate::peers::redis::{self, Fsync};
 use crate::peers::sqlite;
 use crate::wheel::{self, Shape, Structure};
@@ -42,6 +42,12 @@ pub struct Sizes {
     pub horizon_jobs: Option<u64>,
     /// Jobs resident when listing a page.
     pub listing_jobs: u64,
+    /// Jobs scheduled with and without idempotency keys.
+    pub keyed_jobs: u64,
+    /// The retry storm: jobs, and attempts each.
+    pub storm: (u64, u32),
+    /// Fairness: tenant 1's jobs, tenant 2's, tenant 1's running limit.
+    pub fairness: (u64, u64, u32),
 }
 
 impl Sizes {
@@ -78,6 +84,9 @@ impl Sizes {
             compaction_jobs: 2_000_000,
             horizon_jobs: Some(5_000_000),
             listing_jobs: 1_000_000,
+            keyed_jobs: 1_000_000,
+            storm: (100_000, 5),
+            fairness: (1_000_000, 1_000, 64),
         }
     }
 
@@ -115,6 +124,9 @@ impl Sizes {
             compaction_jobs: 500_000,
             horizon_jobs: None,
             listing_jobs: 100_000,
+            keyed_jobs: 100_000,
+            storm: (10_000, 5),
+            fairness: (50_000, 500, 64),
         }
     }
 }
@@ -185,7 +197,96 @@ pub fn plan(s: &Sizes, cx: &Context) -> (Vec<Workload>, Vec<String>) {
         ),
     }
     w.push(listing(s, cx));
+    w.push(keyed(s, cx));
+    w.push(storm(s, cx));
+    w.push(fairness(s, cx));
     (w, skipped)
+}
+
+fn keyed(s: &Sizes, cx: &Context) -> Workload {
+    let n = s.keyed_jobs;
+    let systems = [("timewheel", false), ("timewheel, keyed", true)]
+        .into_iter()
+        .map(|(name, keyed)| {
+            let r = cx.root.clone();
+            System::new(name, move || {
+                let rate = lifecycle::keyed_batches(&dir(&r, "keyed"), n, 10_000, keyed);
+                Ok(vec![(JOBS_S, rate)])
+            })
+        })
+        .collect();
+    Workload {
+        id: "keyed",
+        title: "Idempotency keys: schedule_batch with a unique key per job".into(),
+        note: format!(
+            "{n} durable jobs in batches of 10 000, 1 thread, with a 18-byte key each or none; \
+             the goal is a keyed schedule costing at most 1.5 times a plain one."
+        ),
+        kind: Kind::Throughput,
+        runs: s.runs,
+        systems,
+    }
+}
+
+fn storm(s: &Sizes, cx: &Context) -> Workload {
+    let (n, attempts) = s.storm;
+    let r = cx.root.clone();
+    let system = System::new("timewheel", move || {
+        let st = lifecycle::retry_storm(&dir(&r, "storm"), n, attempts);
+        let mut out = vec![
+            (Metric::higher("failed attempts", "attempts/s"), st.attempts_per_s),
+            (Metric::lower("storm", "s"), st.seconds),
+        ];
+        out.extend(
+            st.lateness
+                .labelled()
+                .into_iter()
+                .map(|(name, v)| (Metric::lower(name, "µs"), v)),
+        );
+        Ok(out)
+    });
+    Workload {
+        id: "retry-storm",
+        title: "Retry storm".into(),
+        note: format!(
+            "{n} jobs due over 1 s that fail every attempt, {attempts} attempts each, backoff \
+             10 ms doubling to 200 ms with full jitter; two workers claim up to 4 096 and fail \
+             them in one batch. Every job is checked to end dead with exactly {attempts} \
+             attempts. Lateness: each delivery's due time (the retry's) to its claim, on the \
+             worker's clock."
+        ),
+        kind: Kind::Other,
+        runs: s.runs,
+        systems: vec![system],
+    }
+}
+
+fn fairness(s: &Sizes, cx: &Context) -> Workload {
+    let (a, b, limit) = s.fairness;
+    let systems = [("timewheel, fair", true), ("timewheel, unfair", false)]
+        .into_iter()
+        .map(|(name, fair)| {
+            let r = cx.root.clone();
+            System::new(name, move || {
+                let p = lifecycle::fairness(&dir(&r, "fairness"), a, b, fair, limit);
+                Ok(percentiles(&p))
+            })
+        })
+        .collect();
+    Workload {
+        id: "fairness",
+        title: "Tenant fairness: a small tenant beside another's burst".into(),
+        note: format!(
+            "tenant 1 has {a} jobs due within one second, tenant 2 {b} due over the same \
+             second; two workers claim up to 256 and complete them. Figures: tenant 2's due \
+             time to claim, on the workers' clock. Fair: `Config::fair_tenants` with tenant 1 \
+             limited to {limit} running; unfair: off (firing order). The goal is a p99 of at \
+             most 5 ms with fairness."
+        ),
+        kind: Kind::Lateness,
+        runs: s.runs,
+        systems,
+    }
 }
 
 fn wheel_workload(id: &'static str, shape: Shape, runs: usize) -> Workload {
