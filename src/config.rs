@@ -53,6 +53,9 @@ pub struct Config {
     pub max_attempts_max: u32,
     /// Longest idempotency key (`JobSpec::key`), in bytes.
     pub key_bytes_max: usize,
+    /// How late a recurring job's occurrence may be found before it counts as a misfire
+    /// (its policy `Misfire::Skip` then skips it).
+    pub misfire_threshold_ms: u64,
     /// Serve tenants fairly: fired jobs wait in a queue per tenant, and the ready channel is
     /// fed from them round-robin, `ready_channel_depth` ids at most, skipping tenants at their
     /// running limit. Off: fired ids enter the channel in firing order, unbounded.
@@ -144,6 +147,7 @@ impl Config {
             retry_seed: 0x7477_6865_656c,
             max_attempts_max: 10_000,
             key_bytes_max: 256,
+            misfire_threshold_ms: 60_000,
             fair_tenants: false,
             ready_channel_depth: 1024,
             tenant_running_max: 0,

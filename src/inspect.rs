@@ -297,6 +297,18 @@ fn render(event: &Event<'_>, line: &mut String) {
             id.0
         ),
         Event::Purge { id } => write!(line, ",\"type\":\"purge\",\"id\":{}", id.0),
+        Event::Next {
+            id,
+            attempt,
+            flags,
+            due_ms,
+        } => write!(
+            line,
+            ",\"type\":\"next\",\"id\":{},\"attempt\":{attempt},\"failed\":{},\"skipped\":{},\"due_ms\":{due_ms}",
+            id.0,
+            flags & crate::record::NEXT_FAILED != 0,
+            flags & crate::record::NEXT_SKIPPED != 0
+        ),
         Event::ReserveIds { up_to } => {
             write!(line, ",\"type\":\"reserve_ids\",\"up_to\":{up_to}")
         }

@@ -71,7 +71,109 @@ pub struct JobSpec {
     pub(crate) max_attempts: u32,
     pub(crate) backoff: Option<Backoff>,
     pub(crate) key: Option<Vec<u8>>,
+    pub(crate) recurring: Option<Recurring>,
 }
+
+/// What a recurring job does about occurrences it missed (the engine was down, or stalled):
+/// the Quartz vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Misfire {
+    /// Fire once now for all that were missed, then go on from now (the default).
+    #[default]
+    Coalesce,
+    /// Fire each missed occurrence, one after the other, but at most the `backfill_max` most
+    /// recent ones; the older ones are skipped.
+    FireAll {
+        /// Missed occurrences fired at most.
+        backfill_max: u32,
+    },
+    /// Do not fire an occurrence found more than `Config::misfire_threshold_ms` late: skip to
+    /// the next one after now.
+    Skip,
+}
+
+/// A recurring job's schedule: when it fires, and what it does about misfires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recurring {
+    /// The occurrences.
+    pub recurrence: crate::recur::Recurrence,
+    /// What happens to missed ones.
+    pub misfire: Misfire,
+}
+
+impl Recurring {
+    /// The next due time after the occurrence due at `prev_due_ms` was done (or skipped) at
+    /// `now_ms`, under the misfire policy; `None` when the recurrence has no more.
+    pub fn next_due(&self, prev_due_ms: u64, now_ms: u64) -> Option<u64> {
+        let r = &self.recurrence;
+        match self.misfire {
+            Misfire::Coalesce | Misfire::Skip => r.next_after(now_ms.max(prev_due_ms)),
+            Misfire::FireAll { backfill_max } => {
+                let first = r.next_after(prev_due_ms)?;
+                if first > now_ms || backfill_max == 0 {
+                    return if first > now_ms {
+                        Some(first)
+                    } else {
+                        r.next_after(now_ms)
+                    };
+                }
+                // The `backfill_max` most recent missed occurrences: walk them (bounded).
+                let mut recent = std::collections::VecDeque::with_capacity(backfill_max as usize);
+                let mut at = first;
+                for _ in 0..MISFIRE_WALK_MAX {
+                    if at > now_ms {
+                        break;
+                    }
+                    if recent.len() == backfill_max as usize {
+                        recent.pop_front();
+                    }
+                    recent.push_back(at);
+                    match r.next_after(at) {
+                        Some(n) => at = n,
+                        None => break,
+                    }
+                }
+                recent.front().copied().or_else(|| r.next_after(now_ms))
+            }
+        }
+    }
+
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        let (kind, backfill) = match self.misfire {
+            Misfire::Coalesce => (0u8, 0u32),
+            Misfire::FireAll { backfill_max } => (1, backfill_max),
+            Misfire::Skip => (2, 0),
+        };
+        out.push(kind);
+        out.extend_from_slice(&backfill.to_le_bytes());
+        self.recurrence.encode(out);
+    }
+
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() < 5 {
+            return None;
+        }
+        let backfill = u32::from_le_bytes(bytes[1..5].try_into().ok()?);
+        let misfire = match (bytes[0], backfill) {
+            (0, 0) => Misfire::Coalesce,
+            (1, b) => Misfire::FireAll { backfill_max: b },
+            (2, 0) => Misfire::Skip,
+            _ => return None,
+        };
+        let recurrence = crate::recur::Recurrence::decode(&bytes[5..]).ok()?;
+        Some(Recurring {
+            recurrence,
+            misfire,
+        })
+    }
+}
+
+/// Occurrences a `FireAll` misfire walks at most to find the ones to backfill (then it
+/// coalesces): about 20 ms of searching.
+const MISFIRE_WALK_MAX: usize = 100_000;
+
+/// The due time that marks a paused recurring job (`Engine::pause_schedule`): it never fires.
+pub const PAUSED_DUE_MS: u64 = 1 << 62;
 
 /// How long a job waits before its next attempt after a failure: exponential in the number of
 /// failures, capped, with full jitter. The `n`-th failure (1 for the first) waits a uniformly
@@ -159,6 +261,7 @@ impl JobSpec {
             max_attempts: 0,
             backoff: None,
             key: None,
+            recurring: None,
         }
     }
 
@@ -172,6 +275,7 @@ impl JobSpec {
             max_attempts: 0,
             backoff: None,
             key: None,
+            recurring: None,
         }
     }
 
@@ -234,6 +338,47 @@ impl JobSpec {
     /// ```
     pub fn key(mut self, key: impl Into<Vec<u8>>) -> Self {
         self.key = Some(key.into());
+        self
+    }
+
+    /// A recurring job: due at the recurrence's first occurrence after it is accepted, and
+    /// after each completed occurrence at the next one (the completion and the next
+    /// occurrence are one log record). An occurrence that fails its last attempt is skipped to
+    /// the next one (counted in `Stats::failed`): a recurring job is never dead. Cancel it to
+    /// delete the schedule; see also `Engine::pause_schedule`, `resume_schedule`,
+    /// `schedules`.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = std::env::temp_dir().join(format!("timewheel-doc-cron-{}", std::process::id()));
+    /// use timewheel::recur::Recurrence;
+    /// use timewheel::{Config, Engine, JobSpec, Misfire};
+    ///
+    /// let engine = Engine::open(Config::new(&dir))?;
+    /// let nightly = Recurrence::cron("0 2 * * *", "Europe/Berlin")?;
+    /// let id = engine.schedule(JobSpec::recurring(nightly.clone()).misfire(Misfire::Skip))?;
+    /// let now = timewheel::Clock::now_ms(&timewheel::SystemClock);
+    /// assert_eq!(engine.get(id).unwrap().due_ms, nightly.next_after(now).unwrap());
+    /// assert_eq!(engine.schedules(None, 10)?.len(), 1);
+    /// # drop(engine);
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn recurring(recurrence: crate::recur::Recurrence) -> Self {
+        let mut spec = JobSpec::after(Duration::ZERO);
+        spec.recurring = Some(Recurring {
+            recurrence,
+            misfire: Misfire::default(),
+        });
+        spec
+    }
+
+    /// A recurring job's misfire policy (no effect on other jobs).
+    pub fn misfire(mut self, misfire: Misfire) -> Self {
+        if let Some(r) = &mut self.recurring {
+            r.misfire = misfire;
+        }
         self
     }
 

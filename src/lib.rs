@@ -97,11 +97,11 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Config, Durability, RecoveryMode};
 #[cfg(feature = "async")]
 pub use engine::ClaimedStream;
-pub use engine::{DrainReport, Engine, Pending, TenantStats};
+pub use engine::{DrainReport, Engine, Pending, ScheduleInfo, TenantStats};
 pub use error::{Error, Result};
 pub use job::{
     Backoff, Claimed, DeadJob, DeadPage, DeadQuery, Due, JobId, JobInfo, JobPage, JobQuery,
-    JobSpec, JobState, Outcome, RetryPolicy,
+    JobSpec, JobState, Misfire, Outcome, PAUSED_DUE_MS, Recurring, RetryPolicy,
 };
 pub use recur::{CronSchedule, Every, RecurError, Recurrence};
 pub use stats::{CompactionReport, LogStats, RecoveryStats, Stats, StoreStats};

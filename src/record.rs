@@ -7,7 +7,9 @@
 //! ```text
 //! type 1  Schedule    id u64 | due_ms u64 | created_ms u64 | tenant u32 | shard u16 | flags u16
 //!                     | max_attempts u32 | payload_len u32 | [backoff_base_ms u32
-//!                     | backoff_cap_ms u32] | [key_len u32 | key ...] | payload ...
+//!                     | backoff_cap_ms u32] | [key_len u32 | key ...]
+//!                     | [recur_len u32 | misfire u8 | backfill_max u32 | recurrence ...]
+//!                     | payload ...
 //! type 2  Cancel      id u64
 //! type 3  Reschedule  id u64 | due_ms u64
 //! type 4  Claim       id u64 | attempt u32 | reserved u32 | lease_until_ms u64
@@ -22,6 +24,7 @@
 //! type 11 Extend      id u64 | attempt u32 | reserved u32 | lease_until_ms u64
 //! type 12 Requeue     id u64 | due_ms u64
 //! type 13 Purge       id u64
+//! type 14 Next        id u64 | attempt u32 | flags u16 | reserved u16 | due_ms u64
 //! ```
 //!
 //! The lifecycle records (9-13): `Retry` ends the lease of `attempt` and puts the job back to
@@ -88,7 +91,16 @@ pub const FLAG_BACKOFF: u16 = 1 << 1;
 /// Schedule flag: the job has an idempotency key; after the backoff extension (if any) come
 /// `key_len u32 | key ...`, before the payload.
 pub const FLAG_KEY: u16 = 1 << 2;
-const FLAGS_KNOWN: u16 = FLAG_BINARY_PAYLOAD | FLAG_BACKOFF | FLAG_KEY;
+/// Schedule flag: a recurring job; after the key (if any) come `recur_len u32 | recurring ...`
+/// (misfire kind u8 | backfill_max u32 | the recurrence's own layout, `recur::Recurrence`).
+pub const FLAG_RECUR: u16 = 1 << 3;
+const FLAGS_KNOWN: u16 = FLAG_BINARY_PAYLOAD | FLAG_BACKOFF | FLAG_KEY | FLAG_RECUR;
+/// Record type of a recurring job's occurrence done and the next one scheduled.
+pub const TYPE_NEXT: u8 = 14;
+/// `Next` flag: the occurrence failed its last attempt.
+pub const NEXT_FAILED: u16 = 1 << 0;
+/// `Next` flag: the occurrence was skipped (misfire policy `Skip`), not delivered.
+pub const NEXT_SKIPPED: u16 = 1 << 1;
 /// Bytes of the backoff extension of a schedule record.
 pub const BACKOFF_EXT_BYTES: usize = 8;
 
@@ -112,7 +124,14 @@ pub(crate) fn record_bytes_max(config: &crate::Config) -> usize {
 
 /// The largest schedule body the configuration allows.
 pub(crate) fn schedule_bytes_max(config: &crate::Config) -> usize {
-    SCHEDULE_FIXED_BYTES + BACKOFF_EXT_BYTES + 4 + config.key_bytes_max + config.payload_bytes_max
+    SCHEDULE_FIXED_BYTES
+        + BACKOFF_EXT_BYTES
+        + 4
+        + config.key_bytes_max
+        + 4
+        + 5
+        + crate::recur::RECURRENCE_BYTES_MAX
+        + config.payload_bytes_max
 }
 
 /// The largest failure body (`Retry`, `Bury`, old `Fail`) the configuration allows.
@@ -144,6 +163,8 @@ pub struct ScheduleRecord<'a> {
     pub backoff: Option<(u32, u32)>,
     /// The job's idempotency key (written when `FLAG_KEY` is set).
     pub key: Option<&'a [u8]>,
+    /// A recurring job's schedule, encoded (written when `FLAG_RECUR` is set).
+    pub recurring: Option<&'a [u8]>,
     /// The payload.
     pub payload: &'a [u8],
 }
@@ -249,6 +270,18 @@ pub enum Event<'a> {
         /// The job.
         id: JobId,
     },
+    /// A recurring job's occurrence is done (`flags`: failed, or skipped): the job waits
+    /// until `due_ms`, its next occurrence, with no failures counted.
+    Next {
+        /// The job.
+        id: JobId,
+        /// The attempt that ended (skipped: the job's newest attempt).
+        attempt: u32,
+        /// `NEXT_*` bits.
+        flags: u16,
+        /// The next occurrence.
+        due_ms: u64,
+    },
 }
 
 /// Why a record body could not be decoded.
@@ -278,6 +311,7 @@ impl Event<'_> {
             Event::Extend { .. } => TYPE_EXTEND,
             Event::Requeue { .. } => TYPE_REQUEUE,
             Event::Purge { .. } => TYPE_PURGE,
+            Event::Next { .. } => TYPE_NEXT,
         }
     }
 
@@ -297,6 +331,7 @@ impl Event<'_> {
             Event::Extend { .. } => "extend",
             Event::Requeue { .. } => "requeue",
             Event::Purge { .. } => "purge",
+            Event::Next { .. } => "next",
         }
     }
 
@@ -314,7 +349,8 @@ impl Event<'_> {
             | Event::Bury { id, .. }
             | Event::Extend { id, .. }
             | Event::Requeue { id, .. }
-            | Event::Purge { id } => Some(*id),
+            | Event::Purge { id }
+            | Event::Next { id, .. } => Some(*id),
             Event::ReserveIds { .. } => None,
         }
     }
@@ -352,6 +388,16 @@ impl Event<'_> {
                     let klen = u32::try_from(key.len()).expect("key length checked by caller");
                     out.extend_from_slice(&klen.to_le_bytes());
                     out.extend_from_slice(key);
+                }
+                assert_eq!(
+                    s.recurring.is_some(),
+                    s.flags & FLAG_RECUR != 0,
+                    "the recur flag says whether a schedule follows"
+                );
+                if let Some(r) = s.recurring {
+                    let rlen = u32::try_from(r.len()).expect("a recurrence is small");
+                    out.extend_from_slice(&rlen.to_le_bytes());
+                    out.extend_from_slice(r);
                 }
                 out.extend_from_slice(s.payload);
             }
@@ -426,6 +472,18 @@ impl Event<'_> {
                 put_u64(out, *due_ms);
             }
             Event::Purge { id } => put_u64(out, id.0),
+            Event::Next {
+                id,
+                attempt,
+                flags,
+                due_ms,
+            } => {
+                put_u64(out, id.0);
+                out.extend_from_slice(&attempt.to_le_bytes());
+                out.extend_from_slice(&flags.to_le_bytes());
+                out.extend_from_slice(&0u16.to_le_bytes());
+                put_u64(out, *due_ms);
+            }
         }
     }
 
@@ -486,6 +544,23 @@ impl Event<'_> {
                     key = Some(&body[at + 4..at + 4 + klen]);
                     ext += 4 + klen;
                 }
+                let mut recurring = None;
+                if flags & FLAG_RECUR != 0 {
+                    let at = SCHEDULE_FIXED_BYTES + ext;
+                    if body.len() < at + 4 {
+                        return Err(err("short recurrence extension"));
+                    }
+                    let rlen = u32_at(body, at) as usize;
+                    if rlen == 0 || body.len() - at - 4 < rlen {
+                        return Err(err("recurrence length does not match the body"));
+                    }
+                    let r = &body[at + 4..at + 4 + rlen];
+                    if crate::job::Recurring::decode(r).is_none() {
+                        return Err(err("undecodable recurrence"));
+                    }
+                    recurring = Some(r);
+                    ext += 4 + rlen;
+                }
                 if body.len() - SCHEDULE_FIXED_BYTES != ext + len {
                     return Err(err("payload length does not match the body"));
                 }
@@ -499,6 +574,7 @@ impl Event<'_> {
                     max_attempts: u32_at(body, SCHEDULE_MAX_ATTEMPTS),
                     backoff,
                     key,
+                    recurring,
                     payload: &body[SCHEDULE_FIXED_BYTES + ext..],
                 }))
             }
@@ -591,6 +667,19 @@ impl Event<'_> {
                 due_ms: u64_at(body, 8),
             }),
             TYPE_PURGE => exact(8).map(|()| Event::Purge { id: id() }),
+            TYPE_NEXT => {
+                exact(24)?;
+                let flags = u16_at(body, 12);
+                if flags & !(NEXT_FAILED | NEXT_SKIPPED) != 0 || u16_at(body, 14) != 0 {
+                    return Err(err("unknown next flags or reserved bytes"));
+                }
+                Ok(Event::Next {
+                    id: id(),
+                    attempt: u32_at(body, 8),
+                    flags,
+                    due_ms: u64_at(body, 16),
+                })
+            }
             TYPE_FAIL => {
                 if body.len() < 16 {
                     return Err(err("short fail body"));
@@ -655,6 +744,7 @@ mod tests {
             max_attempts: 0,
             backoff: None,
             key: None,
+            recurring: None,
             payload: b"\x00\xffhello",
         }));
         roundtrip(Event::Schedule(ScheduleRecord {
@@ -667,6 +757,7 @@ mod tests {
             max_attempts: 5,
             backoff: Some((250, 60_000)),
             key: None,
+            recurring: None,
             payload: b"with a backoff",
         }));
         roundtrip(Event::Schedule(ScheduleRecord {
@@ -679,8 +770,34 @@ mod tests {
             max_attempts: 0,
             backoff: Some((1, 2)),
             key: Some(b"order-42"),
+            recurring: None,
             payload: b"keyed",
         }));
+        let mut rec = Vec::new();
+        crate::job::Recurring {
+            recurrence: crate::recur::Recurrence::every(60_000, 5).expect("interval"),
+            misfire: crate::job::Misfire::FireAll { backfill_max: 3 },
+        }
+        .encode(&mut rec);
+        roundtrip(Event::Schedule(ScheduleRecord {
+            id: JobId(10),
+            due_ms: 60_005,
+            created_ms: 1,
+            tenant: 0,
+            shard: 0,
+            flags: FLAG_KEY | FLAG_RECUR,
+            max_attempts: 0,
+            backoff: None,
+            key: Some(b"k"),
+            recurring: Some(&rec),
+            payload: b"recurring",
+        }));
+        roundtrip(Event::Next {
+            id: JobId(10),
+            attempt: 3,
+            flags: NEXT_FAILED,
+            due_ms: 120_005,
+        });
         roundtrip(Event::Retry {
             id: JobId(3),
             attempt: 2,
@@ -752,6 +869,7 @@ mod tests {
             max_attempts: 3,
             backoff: None,
             key: None,
+            recurring: None,
             payload: b"ab",
         })
         .encode(&mut buf);
@@ -842,6 +960,7 @@ mod tests {
             max_attempts: 0,
             backoff: None,
             key: None,
+            recurring: None,
             payload: b"",
         })
         .encode(&mut buf);

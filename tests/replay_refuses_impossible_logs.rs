@@ -30,6 +30,7 @@ fn schedule(n: u64) -> Event<'static> {
         max_attempts: 0,
         backoff: None,
         key: None,
+        recurring: None,
         payload: b"",
     })
 }
@@ -324,4 +325,15 @@ fn a_second_live_job_with_one_idempotency_key_is_refused() {
     )
     .expect("replays");
     assert_eq!(engine.id_by_key(b"order-1"), Some(id(2)));
+}
+
+#[test]
+fn a_next_occurrence_of_a_job_that_does_not_recur_is_refused() {
+    let next = Event::Next {
+        id: id(1),
+        attempt: 1,
+        flags: 0,
+        due_ms: T0 + 60_000,
+    };
+    assert_eq!(refused_at(&[RESERVE, schedule(1), claim(1, 1), next]), 4);
 }

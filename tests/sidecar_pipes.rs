@@ -184,6 +184,52 @@ fn retryable_fails_are_retried_until_dead_then_listed_requeued_and_purged() {
 }
 
 #[test]
+fn recurring_jobs_fire_again_after_each_complete_and_can_be_paused_and_deleted() {
+    let dir = TempDir::new("recurring");
+    let mut s = Sidecar::start(&dir.0, &[]);
+    let id = s.schedule(json!({"every_ms": 200, "payload": "tick", "misfire": "skip"}));
+    for attempt in 1..=3 {
+        s.fired(&id, attempt);
+        s.ok(json!({"op": "complete", "id": id}));
+    }
+    let listed = s.ok(json!({"op": "schedules_list"}));
+    let list = listed["schedules"].as_array().expect("schedules");
+    assert_eq!(list.len(), 1, "{listed}");
+    assert_eq!(
+        (&list[0]["id"], &list[0]["every_ms"], &list[0]["misfire"]),
+        (&json!(id), &json!(200), &json!("skip"))
+    );
+    assert_eq!(
+        s.ok(json!({"op": "schedule_pause", "id": id}))["done"],
+        json!(true)
+    );
+    let paused = s.ok(json!({"op": "schedules_list"}));
+    assert_eq!(paused["schedules"][0]["paused"], json!(true));
+    assert_eq!(
+        s.ok(json!({"op": "schedule_delete", "id": id}))["done"],
+        json!(true)
+    );
+    assert_eq!(
+        s.ok(json!({"op": "schedules_list"}))["schedules"],
+        json!([])
+    );
+    // A bad expression or zone is refused and schedules nothing.
+    for bad in [
+        json!({"op": "schedule", "cron": "61 * * * *"}),
+        json!({"op": "schedule", "cron": "0 2 * * *", "tz": "Mars/Base"}),
+        json!({"op": "schedule", "cron": "0 2 * * *", "every_ms": 5}),
+    ] {
+        assert_eq!(s.error_kind(bad), "bad_request");
+    }
+    let cron = s.schedule(json!({"cron": "0 2 * * *", "tz": "Europe/Berlin"}));
+    let listed = s.ok(json!({"op": "schedules_list"}));
+    assert_eq!(listed["schedules"][0]["id"], json!(cron));
+    assert_eq!(listed["schedules"][0]["tz"], json!("Europe/Berlin"));
+    assert!(listed["schedules"][0]["due_ms"].as_u64().expect("due") > now_ms());
+    assert!(s.finish().success());
+}
+
+#[test]
 fn malformed_lines_get_error_replies_and_serving_continues() {
     // Each bad line is answered, in order, with req echoed when it could be read, and nothing
     // is scheduled by any of them; a good request afterwards still works.

@@ -275,12 +275,9 @@ impl Engine {
 
     /// [`complete`](Engine::complete), as a future.
     pub async fn complete_async(&self, claimed: &Claimed) -> Result<bool> {
-        let (done, lsn) =
-            self.shared
-                .finish_batch_nowait(std::slice::from_ref(claimed), |c, _, _| Event::Complete {
-                    id: c.id,
-                    attempt: c.attempt,
-                })?;
+        let (done, lsn) = self
+            .shared
+            .finish_batch_nowait(std::slice::from_ref(claimed), super::worker::completion)?;
         self.acknowledged(lsn).await?;
         Ok(done[0])
     }

@@ -23,6 +23,8 @@ pub use fair::TenantStats;
 mod ids;
 mod keys;
 mod recovery;
+mod recurring;
+pub use recurring::ScheduleInfo;
 mod state;
 mod table;
 mod timer;
@@ -285,7 +287,12 @@ impl Engine {
         let mut body = Vec::with_capacity(specs.len() * 48);
         let mut ends = Vec::with_capacity(specs.len());
         let mut keys: Vec<Option<Arc<[u8]>>> = Vec::new();
+        let mut recur_bytes = Vec::new();
         for (spec, &due_ms) in specs.iter().zip(&dues) {
+            recur_bytes.clear();
+            if let Some(r) = &spec.recurring {
+                r.encode(&mut recur_bytes);
+            }
             Event::Schedule(ScheduleRecord {
                 id: JobId(0),
                 due_ms,
@@ -302,10 +309,16 @@ impl Engine {
                         crate::record::FLAG_KEY
                     } else {
                         0
+                    }
+                    | if spec.recurring.is_some() {
+                        crate::record::FLAG_RECUR
+                    } else {
+                        0
                     },
                 max_attempts: spec.max_attempts,
                 backoff: spec.backoff.map(|b| (b.base_ms, b.cap_ms)),
                 key: spec.key.as_deref(),
+                recurring: spec.recurring.as_ref().map(|_| &recur_bytes[..]),
                 payload: &spec.payload,
             })
             .encode(&mut body);
@@ -1064,6 +1077,12 @@ impl Shared {
                     self.config.payload_bytes_max
                 ),
             ));
+        }
+        if let Some(r) = &spec.recurring {
+            return r
+                .recurrence
+                .next_after(now_ms)
+                .ok_or_else(|| Error::invalid("recurrence", "it has no occurrence after now"));
         }
         let due_ms = match spec.due {
             Due::At(ms) => ms,

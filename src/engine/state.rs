@@ -17,7 +17,9 @@ use std::sync::Arc;
 
 use super::table::{Counters, Dead, Extra, ExtraMap, IdSet, Job, JobMap, KeyMap, Payload};
 use crate::job::{Claimed, DeadJob, JobId, JobInfo, JobQuery, JobState};
-use crate::record::{BURY_EXPIRED, Event, FLAG_BINARY_PAYLOAD, RETRY_FAILED};
+use crate::record::{
+    BURY_EXPIRED, Event, FLAG_BINARY_PAYLOAD, NEXT_FAILED, NEXT_SKIPPED, RETRY_FAILED,
+};
 use crate::store::bucket::StoredJob;
 use crate::store::compact::FarJob;
 use crate::wheel::TimingWheel;
@@ -178,25 +180,28 @@ impl State {
                     live,
                 );
                 // The key's allocation made when the schedule was appended moves over.
-                let key: Option<Arc<[u8]>> = s.key.map(|k| {
-                    match self.pending_keys.remove_entry(k) {
+                let key: Option<Arc<[u8]>> =
+                    s.key.map(|k| match self.pending_keys.remove_entry(k) {
                         Some((pending, id)) if id == s.id => pending,
                         Some((pending, id)) => {
                             self.pending_keys.insert(pending, id);
                             Arc::from(k)
                         }
                         None => Arc::from(k),
-                    }
-                });
+                    });
                 if let Some(k) = &key {
                     self.keys.insert(k.clone(), s.id);
                 }
+                let recurring = s.recurring.map(|r| {
+                    Arc::new(crate::job::Recurring::decode(r).expect("checked by decode"))
+                });
                 let extra = Extra {
                     tenant: s.tenant,
                     max_attempts: s.max_attempts,
                     backoff: s.backoff,
                     last_error: None,
                     key,
+                    recurring,
                 };
                 if !extra.is_empty() {
                     self.extra.insert(s.id, extra);
@@ -439,6 +444,60 @@ impl State {
                 }
                 Ok(())
             }
+            Event::Next {
+                id,
+                attempt,
+                flags,
+                due_ms,
+            } => {
+                if self.extra.get(&id).is_none_or(|e| e.recurring.is_none()) {
+                    return Err("next occurrence of a job that does not recur");
+                }
+                if flags & NEXT_SKIPPED != 0 {
+                    // Skipped as it was about to be delivered: waiting, not leased.
+                    self.waiting(id)?;
+                    if self.jobs[&id].attempt != attempt {
+                        return Err("skip of an attempt that is not the job's newest");
+                    }
+                } else {
+                    self.holding(id, attempt)?;
+                    if live && self.jobs[&id].state == JobState::Running {
+                        self.stopped_running(id);
+                    }
+                }
+                let now_ms = self.now_ms;
+                if let Some(e) = self.extra.get_mut(&id) {
+                    e.last_error = None;
+                }
+                if flags & NEXT_FAILED != 0 {
+                    self.counters.failed += 1;
+                } else if flags & NEXT_SKIPPED == 0 {
+                    self.counters.completed += 1;
+                }
+                let job = self.jobs.get_mut(&id).expect("checked");
+                job.lease_open = false;
+                job.failures = 0;
+                job.due_ms = due_ms;
+                let from = job.state;
+                if !live {
+                    if from == JobState::Running {
+                        job.state = JobState::Scheduled;
+                        self.count(Some(JobState::Running), Some(JobState::Scheduled));
+                    }
+                    return Ok(());
+                }
+                if from == JobState::Scheduled {
+                    // A skip of a job that was not fired (replayed live: none).
+                    return Ok(());
+                }
+                if let Some(key) = job.timer.take() {
+                    self.leases.cancel(key);
+                }
+                job.state = JobState::Scheduled;
+                job.timer = Some(self.due.insert(due_ms.max(now_ms), id.0));
+                self.count(Some(from), Some(JobState::Scheduled));
+                Ok(())
+            }
             Event::Complete { id, attempt } | Event::Fail { id, attempt, .. } => {
                 self.holding(id, attempt)
                     .map_err(|_| "finish by an attempt that does not hold the lease")?;
@@ -482,12 +541,19 @@ impl State {
             }
             self.keys.insert(k.clone(), job.id);
         }
+        let recurring = match &job.recurring {
+            None => None,
+            Some(bytes) => Some(Arc::new(
+                crate::job::Recurring::decode(bytes).ok_or("undecodable recurrence")?,
+            )),
+        };
         let extra = Extra {
             tenant: job.tenant,
             max_attempts: job.max_attempts,
             backoff: job.backoff,
             last_error: job.last_error.as_deref().map(Arc::from),
             key,
+            recurring,
         };
         if let Some((died_at_ms, expired)) = job.dead {
             if job.leased {

@@ -47,6 +47,8 @@ pub(crate) struct Extra {
     pub last_error: Option<Arc<str>>,
     /// The idempotency key (also in `State::keys`).
     pub key: Option<Arc<[u8]>>,
+    /// A recurring job's schedule.
+    pub recurring: Option<Arc<crate::job::Recurring>>,
 }
 
 impl Extra {

@@ -125,11 +125,7 @@ impl Engine {
     /// Completes many claimed jobs with one log append and one durability wait: how a busy
     /// worker keeps up with a burst. Returns, for each, what [`Engine::complete`] would.
     pub fn complete_batch(&self, claimed: &[Claimed]) -> Result<Vec<bool>> {
-        self.shared
-            .finish_batch(claimed, |c, _, _| Event::Complete {
-                id: c.id,
-                attempt: c.attempt,
-            })
+        self.shared.finish_batch(claimed, completion)
     }
 
     /// Records that a claimed job's attempt failed, durably, with a reason (at most
@@ -278,6 +274,30 @@ impl Engine {
     }
 }
 
+/// The record that completes claim `c`: a `Complete`, or for a recurring job with a next
+/// occurrence, the `Next` that schedules it (one record: the completion and the next
+/// occurrence are durable together).
+pub(crate) fn completion<'r>(c: &Claimed, state: &super::state::State, now_ms: u64) -> Event<'r> {
+    match next_occurrence(state, c.id, now_ms) {
+        Some(due_ms) => Event::Next {
+            id: c.id,
+            attempt: c.attempt,
+            flags: 0,
+            due_ms,
+        },
+        None => Event::Complete {
+            id: c.id,
+            attempt: c.attempt,
+        },
+    }
+}
+
+/// A recurring job's next due time after its current occurrence, under its misfire policy.
+fn next_occurrence(state: &super::state::State, id: JobId, now_ms: u64) -> Option<u64> {
+    let r = state.extra.get(&id)?.recurring.as_ref()?;
+    r.next_due(state.jobs.get(&id)?.due_ms, now_ms)
+}
+
 /// How a worker ends an attempt other than by completing it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Ending<'a> {
@@ -345,12 +365,38 @@ impl Shared {
                     && job.failures.saturating_add(1)
                         >= state.policy(id, sh.config.retry).max_attempts
                 {
-                    plan.push(&Event::Bury {
+                    plan.push(&match next_occurrence(&state, id, now_ms) {
+                        Some(next) => Event::Next {
+                            id,
+                            attempt: job.attempt,
+                            flags: crate::record::NEXT_FAILED,
+                            due_ms: next,
+                        },
+                        None => Event::Bury {
+                            id,
+                            attempt: job.attempt,
+                            flags: crate::record::BURY_EXPIRED,
+                            at_ms: now_ms,
+                            reason: "the lease ran out on the last attempt allowed",
+                        },
+                    });
+                    ready_at.push(None);
+                    marked.push(id);
+                    unclaimed.push(id);
+                    continue;
+                }
+                // A recurring job's occurrence found too late, whose policy skips misfires.
+                if !job.lease_open
+                    && job.due_ms.saturating_add(sh.config.misfire_threshold_ms) < now_ms
+                    && let Some(r) = state.extra.get(&id).and_then(|e| e.recurring.clone())
+                    && r.misfire == crate::job::Misfire::Skip
+                    && let Some(next) = r.next_due(job.due_ms, now_ms)
+                {
+                    plan.push(&Event::Next {
                         id,
                         attempt: job.attempt,
-                        flags: crate::record::BURY_EXPIRED,
-                        at_ms: now_ms,
-                        reason: "the lease ran out on the last attempt allowed",
+                        flags: crate::record::NEXT_SKIPPED,
+                        due_ms: next,
                     });
                     ready_at.push(None);
                     marked.push(id);
@@ -375,7 +421,8 @@ impl Shared {
                 let (appended, relocked) = sh.append_apply(state, &plan, &marked);
                 state = relocked;
                 last_lsn = Some(appended?);
-                if lease_until_ms < state.sleeping_until_ms {
+                // A skipped or failed occurrence's next one may be due before the lease.
+                if lease_until_ms < state.sleeping_until_ms || !unclaimed.is_empty() {
                     sh.wake.notify_all();
                 }
             }
@@ -435,7 +482,17 @@ impl Shared {
                 Ending::Failed { reason, retryable } => {
                     let failures = state.jobs[&c.id].failures.saturating_add(1);
                     let policy = state.policy(c.id, default);
-                    if retryable && failures < policy.max_attempts {
+                    let retry = retryable && failures < policy.max_attempts;
+                    if !retry && let Some(next) = next_occurrence(state, c.id, now_ms) {
+                        // A recurring job is never dead: on to its next occurrence.
+                        return Event::Next {
+                            id: c.id,
+                            attempt: c.attempt,
+                            flags: crate::record::NEXT_FAILED,
+                            due_ms: next,
+                        };
+                    }
+                    if retry {
                         let wait = policy.backoff.delay_ms(failures, c.id.0, seed);
                         Event::Retry {
                             id: c.id,
@@ -494,7 +551,7 @@ impl Shared {
                 let ok = state.can_finish(c.id, c.attempt) && seen.insert(c.id);
                 if ok {
                     let e = event(c, &state, now_ms);
-                    if let Event::Retry { due_ms, .. } = e {
+                    if let Event::Retry { due_ms, .. } | Event::Next { due_ms, .. } = e {
                         earliest = earliest.min(due_ms);
                     }
                     plan.push(&e);

@@ -45,6 +45,10 @@ pub enum Request {
     DlqRequeue(Vec<JobId>),
     /// `{"op":"dlq_purge"}` with `"id"`, `"ids"`, `"tenant"` or `"all":true`.
     DlqPurge(Purge),
+    /// `{"op":"schedules_list"}`, optional `"after"` and `"limit"`.
+    SchedulesList(Option<JobId>, usize),
+    /// `{"op":"schedule_pause","id":"ID"}`, `schedule_resume`, `schedule_delete`.
+    ScheduleOp(ScheduleVerb, JobId),
     /// `{"op":"stats"}`.
     Stats,
     /// `{"op":"shutdown"}`.
@@ -58,6 +62,17 @@ pub enum RetryWhen {
     At(u64),
     /// This many ms from now.
     After(u64),
+}
+
+/// What a `schedule_*` op does to a recurring job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScheduleVerb {
+    /// `schedule_pause`.
+    Pause,
+    /// `schedule_resume`.
+    Resume,
+    /// `schedule_delete`.
+    Delete,
 }
 
 /// What a `dlq_purge` forgets.
@@ -152,6 +167,11 @@ struct Fields {
     limit: Option<Value>,
     all: Option<Value>,
     key: Option<Value>,
+    cron: Option<Value>,
+    tz: Option<Value>,
+    every_ms: Option<Value>,
+    misfire: Option<Value>,
+    backfill_max: Option<Value>,
 }
 
 impl Fields {
@@ -175,6 +195,11 @@ impl Fields {
             Key::Limit => self.limit.as_ref(),
             Key::All => self.all.as_ref(),
             Key::Idem => self.key.as_ref(),
+            Key::Cron => self.cron.as_ref(),
+            Key::Tz => self.tz.as_ref(),
+            Key::EveryMs => self.every_ms.as_ref(),
+            Key::Misfire => self.misfire.as_ref(),
+            Key::Backfill => self.backfill_max.as_ref(),
             Key::Req | Key::Other => None,
         }
     }
@@ -207,6 +232,11 @@ impl Top {
             Key::Limit => &mut f.limit,
             Key::All => &mut f.all,
             Key::Idem => &mut f.key,
+            Key::Cron => &mut f.cron,
+            Key::Tz => &mut f.tz,
+            Key::EveryMs => &mut f.every_ms,
+            Key::Misfire => &mut f.misfire,
+            Key::Backfill => &mut f.backfill_max,
         };
         *slot = Some(value);
     }
@@ -234,6 +264,11 @@ enum Key {
     Limit,
     All,
     Idem,
+    Cron,
+    Tz,
+    EveryMs,
+    Misfire,
+    Backfill,
     Other,
 }
 
@@ -259,6 +294,11 @@ impl Key {
             "limit" => Key::Limit,
             "all" => Key::All,
             "key" => Key::Idem,
+            "cron" => Key::Cron,
+            "tz" => Key::Tz,
+            "every_ms" => Key::EveryMs,
+            "misfire" => Key::Misfire,
+            "backfill_max" => Key::Backfill,
             _ => Key::Other,
         }
     }
@@ -364,6 +404,21 @@ fn parse_object(obj: &Fields) -> Result<Request, String> {
             Ok(Request::DlqList(q))
         }
         "dlq_requeue" => Ok(Request::DlqRequeue(ids_field(obj)?)),
+        "schedules_list" => {
+            let after = match obj.get("after") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(s)) => {
+                    Some(parse_id(s).ok_or_else(|| format!("field after: {s:?} is not a job id"))?)
+                }
+                Some(_) => return Err("field after: must be a string id".into()),
+            };
+            let limit =
+                opt_u64(obj, "limit")?.map_or(1_000, |l| usize::try_from(l).unwrap_or(usize::MAX));
+            Ok(Request::SchedulesList(after, limit))
+        }
+        "schedule_pause" => Ok(Request::ScheduleOp(ScheduleVerb::Pause, id_field(obj)?)),
+        "schedule_resume" => Ok(Request::ScheduleOp(ScheduleVerb::Resume, id_field(obj)?)),
+        "schedule_delete" => Ok(Request::ScheduleOp(ScheduleVerb::Delete, id_field(obj)?)),
         "dlq_purge" => {
             let given = [
                 obj.get("id").is_some() || obj.get("ids").is_some(),
@@ -392,7 +447,55 @@ fn parse_object(obj: &Fields) -> Result<Request, String> {
 }
 
 fn parse_schedule(obj: &Fields) -> Result<JobSpec, String> {
-    let mut spec = parse_schedule_due_and_payload(obj)?;
+    let recurrence = match (opt_str(obj, "cron")?, opt_u64(obj, "every_ms")?) {
+        (Some(_), Some(_)) => return Err("give cron or every_ms, not both".into()),
+        (Some(expr), None) => {
+            let tz = opt_str(obj, "tz")?.unwrap_or("UTC");
+            Some(crate::recur::Recurrence::cron(expr, tz).map_err(|e| e.to_string())?)
+        }
+        (None, Some(ms)) => {
+            // The grid starts at the given due time, else at acceptance.
+            let anchor = opt_u64(obj, "due_ms")?
+                .unwrap_or_else(|| crate::clock::Clock::now_ms(&crate::clock::SystemClock));
+            Some(crate::recur::Recurrence::every(ms, anchor).map_err(|e| e.to_string())?)
+        }
+        (None, None) => {
+            if obj.get("tz").is_some() || obj.get("misfire").is_some() {
+                return Err("tz and misfire go with cron or every_ms".into());
+            }
+            None
+        }
+    };
+    let mut spec = match recurrence {
+        None => parse_schedule_due_and_payload(obj)?,
+        Some(r) => {
+            let misfire = match opt_str(obj, "misfire")? {
+                None | Some("coalesce") => crate::job::Misfire::Coalesce,
+                Some("skip") => crate::job::Misfire::Skip,
+                Some("fire_all") => crate::job::Misfire::FireAll {
+                    backfill_max: opt_u32(obj, "backfill_max")?.unwrap_or(u32::MAX),
+                },
+                Some(other) => {
+                    return Err(format!(
+                        "field misfire: {other:?}; one of coalesce, fire_all, skip"
+                    ));
+                }
+            };
+            let spec = JobSpec::recurring(r).misfire(misfire);
+            match (opt_str(obj, "payload")?, opt_str(obj, "payload_b64")?) {
+                (Some(_), Some(_)) => return Err("give payload or payload_b64, not both".into()),
+                (Some(text), None) => spec.payload(text.as_bytes()),
+                (None, Some(b64)) => spec
+                    .payload(
+                        BASE64
+                            .decode(b64)
+                            .map_err(|e| format!("field payload_b64: not standard base64: {e}"))?,
+                    )
+                    .binary(true),
+                (None, None) => spec,
+            }
+        }
+    };
     if let Some(t) = opt_u32(obj, "tenant")? {
         spec = spec.tenant(t);
     }
@@ -549,6 +652,10 @@ pub enum Reply {
     Requeued(u64),
     /// Dead jobs purged.
     Purged(u64),
+    /// Recurring jobs.
+    Schedules(Vec<crate::engine::ScheduleInfo>),
+    /// Whether a schedule op took effect.
+    ScheduleDone(bool),
     /// `"ok":false` with an error kind and message.
     Error {
         /// `bad_request`, `invalid_input`, `not_found`, or [`error_kind`].
@@ -611,7 +718,27 @@ struct ReplyLine<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     purged: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    schedules: Option<Vec<ScheduleJson>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    done: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<ErrorJson<'a>>,
+}
+
+/// A recurring job in a `schedules_list` reply.
+#[derive(Serialize)]
+struct ScheduleJson {
+    id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cron: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tz: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    every_ms: Option<u64>,
+    misfire: &'static str,
+    due_ms: u64,
+    paused: bool,
+    tenant: u32,
 }
 
 /// A dead job in a `dlq_list` reply.
@@ -708,9 +835,44 @@ pub fn render_reply(req: &Value, reply: &Reply) -> Vec<u8> {
         next_after: None,
         requeued: None,
         purged: None,
+        schedules: None,
+        done: None,
         error: None,
     };
     match reply {
+        Reply::Schedules(list) => {
+            line.schedules = Some(
+                list.iter()
+                    .map(|s| {
+                        let (cron, tz, every_ms) = match &s.recurring.recurrence {
+                            crate::recur::Recurrence::Cron(c) => (
+                                Some(c.expr().to_owned()),
+                                Some(c.zone().name().to_owned()),
+                                None,
+                            ),
+                            crate::recur::Recurrence::Every(e) => {
+                                (None, None, Some(e.interval_ms()))
+                            }
+                        };
+                        ScheduleJson {
+                            id: s.id.to_string(),
+                            cron,
+                            tz,
+                            every_ms,
+                            misfire: match s.recurring.misfire {
+                                crate::job::Misfire::Coalesce => "coalesce",
+                                crate::job::Misfire::FireAll { .. } => "fire_all",
+                                crate::job::Misfire::Skip => "skip",
+                            },
+                            due_ms: s.due_ms,
+                            paused: s.paused,
+                            tenant: s.tenant,
+                        }
+                    })
+                    .collect(),
+            );
+        }
+        Reply::ScheduleDone(b) => line.done = Some(*b),
         Reply::LeaseUntil(t) => line.lease_until_ms = Some(*t),
         Reply::Dead(jobs, next) => {
             line.jobs = Some(

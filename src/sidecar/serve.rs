@@ -27,7 +27,9 @@ use crossbeam_channel::{Receiver, Sender, bounded, never, select, unbounded};
 use serde_json::Value;
 
 use super::lines::{Line, LineReader};
-use super::protocol::{Purge, Reply, Request, RetryWhen, parse_line, render_fired, render_reply};
+use super::protocol::{
+    Purge, Reply, Request, RetryWhen, ScheduleVerb, parse_line, render_fired, render_reply,
+};
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -558,6 +560,13 @@ impl<W: Write + Send> Server<'_, W> {
                 Purge::All => e.purge_dead_where(None),
             }
             .map(Reply::Purged),
+            Request::SchedulesList(after, limit) => e.schedules(after, limit).map(Reply::Schedules),
+            Request::ScheduleOp(verb, id) => match verb {
+                ScheduleVerb::Pause => e.pause_schedule(id),
+                ScheduleVerb::Resume => e.resume_schedule(id),
+                ScheduleVerb::Delete => e.delete_schedule(id),
+            }
+            .map(|o| Reply::ScheduleDone(o.is_done())),
             Request::Stats => Ok(Reply::Stats(Box::new(e.stats()))),
             Request::Schedule(_) | Request::Complete(..) | Request::Cancel(_) => {
                 unreachable!("batched requests are served in runs by serve_chunk")

@@ -25,9 +25,10 @@
 //!                 | leased u8 | reserved u16
 //! kind 3  Delete  id u64
 //! kind 4  Put2    the 48 bytes of a Put before payload_len's end, then
-//!                 failures u32 | fate u8 (1: dead, 2: expired, 4: backoff, 8: error, 16: key)
-//!                 | reserved [u8; 3] | died_at_ms u64 | backoff_base_ms u32 | backoff_cap_ms u32
-//!                 | error_len u32 | key_len u32 | payload ... | error (UTF-8) ... | key ...
+//!                 failures u32 | fate u8 (1: dead, 2: expired, 4: backoff, 8: error, 16: key,
+//!                 32: recurring) | reserved u8 | recur_len u16 | died_at_ms u64
+//!                 | backoff_base_ms u32 | backoff_cap_ms u32 | error_len u32 | key_len u32
+//!                 | payload ... | error (UTF-8) ... | key ... | recurring ...
 //! kind 5  Patch2  the 24 bytes of a Patch (set may be 0), then
 //!                 failures_add u32 | fate u8 (1: reset failures first, 2: dead, 4: expired,
 //!                 8: error set) | reserved [u8; 3] | died_at_ms u64 | error_len u32
@@ -66,6 +67,7 @@ const FATE_EXPIRED: u8 = 2;
 const FATE_BACKOFF: u8 = 4;
 const FATE_ERROR: u8 = 8;
 const FATE_KEY: u8 = 16;
+const FATE_RECURRING: u8 = 32;
 const FATE_RESET: u8 = 1;
 const FATE2_DEAD: u8 = 2;
 const FATE2_EXPIRED: u8 = 4;
@@ -104,6 +106,8 @@ pub struct StoredJob {
     pub last_error: Option<String>,
     /// The idempotency key.
     pub key: Option<Vec<u8>>,
+    /// A recurring job's schedule, encoded as in its schedule record.
+    pub recurring: Option<Vec<u8>>,
     /// The payload.
     pub payload: Vec<u8>,
 }
@@ -116,6 +120,7 @@ impl StoredJob {
             || self.backoff.is_some()
             || self.last_error.is_some()
             || self.key.is_some()
+            || self.recurring.is_some()
     }
 }
 
@@ -247,7 +252,8 @@ pub fn put_bytes(job: &StoredJob) -> u64 {
     if job.has_fate() {
         let error = job.last_error.as_ref().map_or(0, String::len);
         let key = job.key.as_ref().map_or(0, Vec::len);
-        pad8(RECORD_HEADER_BYTES + PUT2_FIXED_BYTES + job.payload.len() + error + key) as u64
+        let rec = job.recurring.as_ref().map_or(0, Vec::len);
+        pad8(RECORD_HEADER_BYTES + PUT2_FIXED_BYTES + job.payload.len() + error + key + rec) as u64
     } else {
         pad8(RECORD_HEADER_BYTES + PUT_FIXED_BYTES + job.payload.len()) as u64
     }
@@ -303,8 +309,16 @@ pub fn encode_run(bucket: u64, generation: u64, covered_lsn: u64, entries: &[Ent
                         } else {
                             0
                         }
-                        | if j.key.is_some() { FATE_KEY } else { 0 };
-                    scratch.extend_from_slice(&[fate, 0, 0, 0]);
+                        | if j.key.is_some() { FATE_KEY } else { 0 }
+                        | if j.recurring.is_some() {
+                            FATE_RECURRING
+                        } else {
+                            0
+                        };
+                    let rec = j.recurring.as_deref().unwrap_or(&[]);
+                    let rlen = u16::try_from(rec.len()).expect("a recurrence is small");
+                    scratch.extend_from_slice(&[fate, 0]);
+                    scratch.extend_from_slice(&rlen.to_le_bytes());
                     put_u64(&mut scratch, j.dead.map_or(0, |(at, _)| at));
                     let (base, cap) = j.backoff.unwrap_or((0, 0));
                     scratch.extend_from_slice(&base.to_le_bytes());
@@ -319,6 +333,7 @@ pub fn encode_run(bucket: u64, generation: u64, covered_lsn: u64, entries: &[Ent
                     scratch.extend_from_slice(&j.payload);
                     scratch.extend_from_slice(error.as_bytes());
                     scratch.extend_from_slice(key);
+                    scratch.extend_from_slice(rec);
                     KIND_PUT2
                 } else {
                     scratch.extend_from_slice(&j.payload);
@@ -476,6 +491,7 @@ pub fn decode_run(bytes: &[u8]) -> Result<(RunHeader, Vec<Entry>), RunError> {
                     backoff: None,
                     last_error: None,
                     key: None,
+                    recurring: None,
                     payload: body[PUT_FIXED_BYTES..].to_vec(),
                 })
             }
@@ -518,16 +534,20 @@ fn decode_put2(body: &[u8]) -> Result<StoredJob, &'static str> {
     let payload_len = u32_at(body, 44) as usize;
     let error_len = u32_at(body, 72) as usize;
     let key_len = u32_at(body, 76) as usize;
+    let rec_len = usize::from(u16_at(body, 54));
     if (body.len() - PUT2_FIXED_BYTES) as u64
-        != payload_len as u64 + error_len as u64 + key_len as u64
+        != payload_len as u64 + error_len as u64 + key_len as u64 + rec_len as u64
     {
-        return Err("put2 record length does not match its payload, error and key");
+        return Err("put2 record length does not match its payload, error, key and recurrence");
     }
     let fate = body[52];
     if body[40] > 1
         || body[41..44] != [0, 0, 0]
-        || body[53..56] != [0, 0, 0]
-        || fate & !(FATE_DEAD | FATE_EXPIRED | FATE_BACKOFF | FATE_ERROR | FATE_KEY) != 0
+        || body[53] != 0
+        || fate
+            & !(FATE_DEAD | FATE_EXPIRED | FATE_BACKOFF | FATE_ERROR | FATE_KEY | FATE_RECURRING)
+            != 0
+        || ((fate & FATE_RECURRING == 0) != (rec_len == 0))
         || (fate & FATE_EXPIRED != 0 && fate & FATE_DEAD == 0)
         || (fate & FATE_ERROR == 0 && error_len != 0)
         || ((fate & FATE_KEY == 0) != (key_len == 0))
@@ -552,7 +572,8 @@ fn decode_put2(body: &[u8]) -> Result<StoredJob, &'static str> {
         dead: (fate & FATE_DEAD != 0).then(|| (u64_at(body, 56), fate & FATE_EXPIRED != 0)),
         backoff: (fate & FATE_BACKOFF != 0).then(|| (u32_at(body, 64), u32_at(body, 68))),
         last_error: (fate & FATE_ERROR != 0).then(|| error.to_owned()),
-        key: (fate & FATE_KEY != 0).then(|| body[key_at..].to_vec()),
+        key: (fate & FATE_KEY != 0).then(|| body[key_at..key_at + key_len].to_vec()),
+        recurring: (fate & FATE_RECURRING != 0).then(|| body[key_at + key_len..].to_vec()),
         payload: body[PUT2_FIXED_BYTES..error_at].to_vec(),
     };
     if !job.has_fate()
@@ -653,6 +674,7 @@ mod tests {
             backoff: None,
             last_error: None,
             key: None,
+            recurring: None,
             payload: payload.to_vec(),
         }
     }
@@ -664,6 +686,7 @@ mod tests {
             backoff: Some((10, 20)),
             last_error: Some("boom ✓".into()),
             key: Some(b"order-9".to_vec()),
+            recurring: Some(vec![0, 0, 0, 0, 0, 9]),
             leased: false,
             ..job(id, 40, b"xyz")
         }
@@ -770,6 +793,7 @@ mod tests {
                 backoff: None,
                 last_error: None,
                 key: None,
+                recurring: None,
                 ..fated(2)
             }),
             Entry::Put(StoredJob {
@@ -818,6 +842,8 @@ mod tests {
             kinds,
             [KIND_PUT2, KIND_PUT2, KIND_PUT2, KIND_PATCH2, KIND_PATCH2]
         );
+        // The recurrence's bytes are the bucket layer's to carry, not to read.
+        assert!(matches!(&entries[0], Entry::Put(j) if j.recurring.is_some()));
         for i in 0..bytes.len() {
             let mut b = bytes.clone();
             b[i] ^= 0x40;

@@ -344,6 +344,7 @@ fn fold<S: Storage>(
                     backoff: s.backoff,
                     last_error: None,
                     key: s.key.map(<[u8]>::to_vec),
+                    recurring: s.recurring.map(<[u8]>::to_vec),
                     payload: s.payload.to_vec(),
                 };
                 let before = tracks.insert(
@@ -416,6 +417,22 @@ fn fold<S: Storage>(
             Event::Extend { id, .. } => {
                 // The lease stays open with the same attempt: nothing a bucket keeps changes.
                 track(&mut tracks, &locator, manifest, id, lsn)?;
+            }
+            Event::Next {
+                id,
+                attempt,
+                flags,
+                due_ms,
+            } => {
+                if flags & crate::record::NEXT_FAILED != 0 {
+                    next.failed += 1;
+                } else if flags & crate::record::NEXT_SKIPPED == 0 {
+                    next.completed += 1;
+                }
+                let t = track(&mut tracks, &locator, manifest, id, lsn)?;
+                set_lease(t, attempt, false);
+                set_due(t, due_ms);
+                fate_of(t).requeued();
             }
             Event::Requeue { id, due_ms } => {
                 let t = track(&mut tracks, &locator, manifest, id, lsn)?;

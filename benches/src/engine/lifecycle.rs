@@ -68,9 +68,8 @@ pub fn retry_storm(dir: &Path, jobs: u64, attempts: u32) -> Storm {
         .map(|_| {
             let (engine, stop) = (engine.clone(), stop.clone());
             std::thread::spawn(move || {
-                let mut late =
-                    hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 2)
-                        .expect("histogram");
+                let mut late = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 2)
+                    .expect("histogram");
                 let mut handled = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     let got = engine
@@ -99,8 +98,8 @@ pub fn retry_storm(dir: &Path, jobs: u64, attempts: u32) -> Storm {
     }
     let seconds = t.elapsed().as_secs_f64() - 0.5;
     stop.store(true, Ordering::Relaxed);
-    let mut late = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 2)
-        .expect("histogram");
+    let mut late =
+        hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 2).expect("histogram");
     let mut handled = 0;
     for w in workers {
         let (h, n) = w.join().expect("worker");
@@ -117,7 +116,11 @@ pub fn retry_storm(dir: &Path, jobs: u64, attempts: u32) -> Storm {
     while let Some(query) = q {
         let page = engine.dead_letters(&query).expect("list");
         for d in &page.jobs {
-            assert_eq!(d.attempt, attempts, "job {} ended at attempt {}", d.id, d.attempt);
+            assert_eq!(
+                d.attempt, attempts,
+                "job {} ended at attempt {}",
+                d.id, d.attempt
+            );
             assert_eq!(d.failures, attempts);
             assert!(seen.insert(d.id));
         }
@@ -166,9 +169,8 @@ pub fn fairness(dir: &Path, a_jobs: u64, b_jobs: u64, fair: bool, a_limit: u32) 
         .map(|_| {
             let (engine, stop, b) = (engine.clone(), stop.clone(), b.clone());
             std::thread::spawn(move || {
-                let mut late =
-                    hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 2)
-                        .expect("histogram");
+                let mut late = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 2)
+                    .expect("histogram");
                 let mut done = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     let got = engine
@@ -190,8 +192,8 @@ pub fn fairness(dir: &Path, a_jobs: u64, b_jobs: u64, fair: bool, a_limit: u32) 
         std::thread::sleep(Duration::from_millis(20));
     }
     stop.store(true, Ordering::Relaxed);
-    let mut late = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 2)
-        .expect("histogram");
+    let mut late =
+        hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 2).expect("histogram");
     for w in workers {
         let (h, _) = w.join().expect("worker");
         late.add(&h).expect("same bounds");

@@ -234,7 +234,10 @@ fn storm(s: &Sizes, cx: &Context) -> Workload {
     let system = System::new("timewheel", move || {
         let st = lifecycle::retry_storm(&dir(&r, "storm"), n, attempts);
         let mut out = vec![
-            (Metric::higher("failed attempts", "attempts/s"), st.attempts_per_s),
+            (
+                Metric::higher("failed attempts", "attempts/s"),
+                st.attempts_per_s,
+            ),
             (Metric::lower("storm", "s"), st.seconds),
         ];
         out.extend(
