@@ -502,7 +502,11 @@ fn keys_and_cron_part(dir: &std::path::Path) -> DynResult<()> {
     println!(
         "   schedule with key \"order-1042\" twice: ids {first} and {again} ({}), {} job(s) \
          scheduled; cancel_by_key(\"order-1042\"): {:?}",
-        if first == again { "the same job" } else { "DIFFERENT" },
+        if first == again {
+            "the same job"
+        } else {
+            "DIFFERENT"
+        },
         engine.stats().scheduled,
         engine.cancel_by_key(b"order-1042")?
     );
@@ -531,7 +535,9 @@ fn keys_and_cron_part(dir: &std::path::Path) -> DynResult<()> {
         "   cron \"* * * * * *\" (every second, Europe/Berlin): occurrences {}; the next is \
          due {} ms from now; {} schedule(s) listed",
         fired.join(", "),
-        engine.get(id).map_or(0, |j| j.due_ms.saturating_sub(now_ms())),
+        engine
+            .get(id)
+            .map_or(0, |j| j.due_ms.saturating_sub(now_ms())),
         engine.schedules(None, 10)?.len()
     );
     engine.delete_schedule(id)?;
