@@ -309,7 +309,10 @@ impl State {
                     let e = self.extra.entry(id).or_default();
                     e.last_error = Some(Arc::from(reason));
                 }
-                self.counters.retried += 1;
+                // Since open (`Stats::retried`): replay's retries happened before it.
+                if live {
+                    self.counters.retried += 1;
+                }
                 let job = self.jobs.get_mut(&id).expect("checked");
                 job.lease_open = false;
                 job.due_ms = due_ms;
