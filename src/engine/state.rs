@@ -942,7 +942,10 @@ impl State {
             due_ms: j.due_ms,
             attempt: j.attempt,
             failures: j.failures,
-            last_error: extra.and_then(|e| e.last_error.clone()),
+            // An empty reason is no error: compaction keeps it so (a fate's "" clears it).
+            last_error: extra
+                .and_then(|e| e.last_error.clone())
+                .filter(|e| !e.is_empty()),
             tenant: extra.map_or(0, |e| e.tenant),
             key: extra.and_then(|e| e.key.clone()),
             payload: j.payload.to_shared(),

@@ -1,3 +1,5 @@
+//! Regressions the simulation found in what the lifecycle reports.
+//!
 //! `Stats::retried` counts the retries since open: replay applies the log's `Retry` records
 //! with the live engine's transition function, and used to count them again, so a reopen
 //! showed the retries of earlier lives (and `retry_at`s) as if they had just happened. Found by
@@ -38,4 +40,22 @@ fn a_reopen_counts_no_retries() {
     let disk = disk.crash(&CrashOptions::clean());
     let engine = open_sim(&disk, &clock);
     assert_eq!(engine.stats().retried, 0, "no retry since this open (after a crash)");
+}
+
+/// A retryable failure with an empty reason leaves no last error, whether `get` reads memory,
+/// a replayed log or a bucket file (compaction keeps an empty reason as "no error"; memory used
+/// to show `Some("")` until a pass and a reopen showed `None`). Found by the simulation.
+#[test]
+fn an_empty_reason_is_no_last_error() {
+    let disk = FaultDisk::new(8);
+    let clock = ManualClock::new(T0);
+    let engine = open_sim(&disk, &clock);
+    let a = engine
+        .schedule(JobSpec::at(T0).max_attempts(5))
+        .expect("acked");
+    assert_eq!(fire(&engine), [a]);
+    let c = engine.claim(a).expect("claim").expect("ready");
+    assert!(engine.fail(&c, "").expect("fail"));
+    let info = engine.get(a).expect("waits");
+    assert_eq!((info.failures, info.last_error), (1, None));
 }
