@@ -17,7 +17,11 @@ fn a_reopen_counts_no_retries() {
     let clock = ManualClock::new(T0);
     let engine = open_sim(&disk, &clock);
     let a = engine
-        .schedule(JobSpec::at(T0).max_attempts(5).backoff(Backoff::new(10, 100)))
+        .schedule(
+            JobSpec::at(T0)
+                .max_attempts(5)
+                .backoff(Backoff::new(10, 100)),
+        )
         .expect("acked");
     let b = engine.schedule(JobSpec::at(T0)).expect("acked");
     let mut fired = fire(&engine);
@@ -39,7 +43,11 @@ fn a_reopen_counts_no_retries() {
 
     let disk = disk.crash(&CrashOptions::clean());
     let engine = open_sim(&disk, &clock);
-    assert_eq!(engine.stats().retried, 0, "no retry since this open (after a crash)");
+    assert_eq!(
+        engine.stats().retried,
+        0,
+        "no retry since this open (after a crash)"
+    );
 }
 
 /// A retryable failure with an empty reason leaves no last error, whether `get` reads memory,
