@@ -1628,7 +1628,9 @@ impl Model {
                 for id in &dead {
                     self.dead_change(*id, false, now, true, None);
                 }
-                self.synced_all();
+                if !dead.is_empty() {
+                    self.synced_all(); // nothing to purge: nothing written, nothing waited for
+                }
             }
             Err(Fault::NotOpen) => {}
             Err(f) => {
