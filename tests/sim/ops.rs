@@ -246,10 +246,10 @@ fn clock_step(rng: &mut SimRng, now_ms: u64, lease_ms: u64) -> u64 {
 
 // ---- the lifecycle stream ------------------------------------------------------------------
 //
-// Retries, dead letters and keys are drawn from a second stream of the seed (`Lifecycle`), so
-// that the main stream (and with it every seed's schedules, clock steps and faults) stays as
-// it was before they existed: the lifecycle stream decorates what the main stream drew and
-// adds operations of its own between its steps.
+// Retries, dead letters and keys are drawn from a second stream of the seed (`Lifecycle`): it
+// decorates what the main stream drew and adds operations of its own between its steps, so
+// the main stream draws as it did before they existed (a run still diverges from its old one
+// once the engine holds something else: a claim draws per id of its backlog).
 
 /// What the lifecycle stream sees besides [`View`].
 pub struct LifeView<'a> {
