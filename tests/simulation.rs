@@ -127,6 +127,7 @@ struct Totals {
     crashes: u64,
     failed_opens: u64,
     jobs: u64,
+    tally: model::Tally,
     failures: Vec<String>,
 }
 
@@ -143,6 +144,14 @@ impl Totals {
                 self.crashes += rep.crashes;
                 self.failed_opens += rep.failed_opens;
                 self.jobs += rep.jobs;
+                let (t, r) = (&mut self.tally, rep.tally);
+                t.retries += r.retries;
+                t.buries += r.buries;
+                t.expired_buries += r.expired_buries;
+                t.requeues += r.requeues;
+                t.purges += r.purges;
+                t.extends += r.extends;
+                t.deduplicated += r.deduplicated;
             }
             Err(msg) => {
                 eprintln!("FAILED {msg}\n  replay: {}", replay_command(seed));
@@ -221,6 +230,12 @@ fn seeds() {
         t.jobs,
         secs,
         t.seeds as f64 / secs.max(1e-9),
+    );
+    let l = &t.tally;
+    eprintln!(
+        "lifecycle: {} retries, {} burials ({} by leases run out), {} requeues, {} purges, {} \
+         lease extensions, {} deduplicated schedules",
+        l.retries, l.buries, l.expired_buries, l.requeues, l.purges, l.extends, l.deduplicated
     );
     assert!(
         t.failures.is_empty(),

@@ -17,19 +17,20 @@ use std::sync::{Arc, LazyLock};
 
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use timewheel::{Claimed, Clock, Config, Engine, JobId, ManualClock, Pending};
+use timewheel::{Backoff, Claimed, Clock, Config, Engine, JobId, ManualClock, Pending, RetryPolicy};
 use timewheel_wal::testing::{CrashOptions, FaultDisk};
 
 #[path = "../../tests/model/mod.rs"]
 mod model;
 
-use model::{Gone, Model, Spec, Violation};
+use model::{Ending, Gone, Model, REASONS, Spec, Violation};
 
 /// Limits that keep one execution small.
 const OPS_MAX: usize = 96;
 const BATCH_JOBS_MAX: u8 = 8;
 const PAYLOAD_BYTES_MAX: usize = 64;
-const REASON_BYTES_MAX: usize = 32;
+/// Idempotency keys are `k0`..`k3`.
+const KEYS: u8 = 4;
 const LEASE_MS: u64 = 1_000;
 const SEGMENT_BYTES: u64 = 8192;
 /// A start far from the epoch, so dues in the past stay positive.
@@ -96,9 +97,12 @@ enum Op {
     CompleteBatch {
         picks: Vec<u16>,
     },
+    /// Ends a held attempt: `how % 4` is a retryable `fail`, `fail_permanently`, `retry_at`
+    /// (`how` ms from now) or `extend_lease` (`how` ms; the claim stays held).
     Fail {
         pick: u16,
-        reason_len: u8,
+        how: u8,
+        reason: u8,
     },
     Reopen,
     /// One compaction pass: invisible to the model (nothing the engine holds changes).
@@ -109,7 +113,31 @@ enum Op {
         bit_flips_unsynced: u8,
         undo_dir_ops: bool,
     },
+    /// A schedule with an idempotency key (`k{key % KEYS}`), its own retry policy when `own`.
+    KeyedSchedule {
+        key: u8,
+        due: DueChoice,
+        own: bool,
+    },
+    CancelByKey {
+        key: u8,
+    },
+    /// `requeue_dead` of a picked id (mostly dead ones).
+    Requeue {
+        pick: u16,
+    },
+    /// `purge_dead` of a picked id, or every dead job (`all`).
+    Purge {
+        pick: u16,
+        all: bool,
+    },
 }
+
+/// `Config::retry` of `config()`: few attempts, so that leases running out bury jobs.
+const RETRY: RetryPolicy = RetryPolicy {
+    max_attempts: 3,
+    backoff: Backoff::new(10, 1_000),
+};
 
 /// How many ids a claim may be named by: old claims are kept only for stale completions.
 const HELD_MAX: usize = 32;
@@ -146,6 +174,7 @@ fuzz_target!(|data: &[u8]| {
         sim.step(op);
         if calls_engine {
             check(sim.model.check_counts(sim.engine()));
+            check(sim.model.check_keys(sim.engine()));
         }
     }
     sim.reopen(None);
@@ -156,9 +185,7 @@ fn config() -> Config {
     c.segment_bytes = SEGMENT_BYTES;
     c.payload_bytes_max = 256;
     c.fail_reason_bytes_max = 256;
-    // This oracle knows no retries: a failure buries the job at once (`fail_permanently`), and a
-    // lease that runs out never makes a job dead (docs/lifecycle.md, "Not yet").
-    c.retry.max_attempts = c.max_attempts_max;
+    c.retry = RETRY;
     c.lease_ms = LEASE_MS;
     c.timer_thread = false;
     c.disk_ballast_bytes = 0;
@@ -177,7 +204,7 @@ impl Sim {
         let clock = ManualClock::new(T0_MS);
         let engine = Engine::open_on(disk.storage(), config(), Arc::new(clock.clone()))
             .expect("a fresh engine opens");
-        let mut model = Model::new(T0_MS, LEASE_MS, ID_BLOCK);
+        let mut model = Model::new(T0_MS, LEASE_MS, ID_BLOCK).with_retry(RETRY);
         let wrong = check(model.opened(&engine));
         assert!(wrong.is_empty(), "a fresh engine: {wrong:?}");
         Sim {
@@ -290,32 +317,20 @@ impl Sim {
                 binary,
             } => {
                 let payload = vec![fill; usize::from(payload_len) % (PAYLOAD_BYTES_MAX + 1)];
-                let spec = Spec {
-                    due_ms: self.due(due),
-                    payload,
-                    binary,
-                };
+                let spec = Spec::plain(self.due(due), payload, binary);
                 self.schedule(vec![spec], true);
             }
             Op::Batch { n, due, spread_ms } => {
                 let first = self.due(due);
                 let specs = (0..1 + n % BATCH_JOBS_MAX)
-                    .map(|i| Spec {
-                        due_ms: first + u64::from(i) * u64::from(spread_ms),
-                        payload: vec![i],
-                        binary: false,
-                    })
+                    .map(|i| Spec::plain(first + u64::from(i) * u64::from(spread_ms), vec![i], false))
                     .collect();
                 self.schedule(specs, true);
             }
             Op::BatchNoWait { n, due } => {
                 let first = self.due(due);
                 let specs = (0..1 + n % BATCH_JOBS_MAX)
-                    .map(|i| Spec {
-                        due_ms: first + u64::from(i),
-                        payload: Vec::new(),
-                        binary: false,
-                    })
+                    .map(|i| Spec::plain(first + u64::from(i), Vec::new(), false))
                     .collect();
                 self.schedule(specs, false);
             }
@@ -395,16 +410,80 @@ impl Sim {
                     .expect("complete_batch on a healthy disk");
                 self.finish(&batch, Gone::Completed, got);
             }
-            Op::Fail { pick, reason_len } => {
+            Op::Fail { pick, how, reason } => {
                 let Some(c) = self.pick_held(pick) else {
                     return;
                 };
-                let reason = "r".repeat(usize::from(reason_len) % (REASON_BYTES_MAX + 1));
-                let got = self
-                    .engine()
-                    .fail_permanently(&c, &reason)
-                    .expect("fail on a healthy disk");
-                self.finish(&[c], Gone::Failed, vec![got]);
+                let reason = reason % REASONS.len() as u8;
+                let text = REASONS[usize::from(reason)];
+                let engine = self.engine.as_ref().expect("open");
+                let ms = u64::from(how);
+                let (ending, got) = match how % 4 {
+                    0 | 1 => {
+                        let retryable = how % 4 == 0;
+                        let got = if retryable {
+                            engine.fail(&c, text)
+                        } else {
+                            engine.fail_permanently(&c, text)
+                        };
+                        (Ending::Fail { retryable, reason }, got)
+                    }
+                    2 => {
+                        let due = self.clock.now_ms() + ms;
+                        (Ending::RetryAt(due), engine.retry_at(&c, due))
+                    }
+                    _ => {
+                        let lease = std::time::Duration::from_millis(ms.max(1));
+                        let got = engine.extend_lease(&c, lease).expect("extend on a healthy disk");
+                        check(self.model.extended(&c, ms.max(1), Ok(got)));
+                        return;
+                    }
+                };
+                let got = got.expect("fail or retry_at on a healthy disk");
+                check(self.model.ended_attempt(&c, ending, Ok(got), engine));
+                if got {
+                    self.held.retain(|h| h.id != c.id);
+                }
+            }
+            Op::KeyedSchedule { key, due, own } => {
+                let mut spec = Spec::plain(self.due(due), vec![key], false);
+                spec.key = Some(format!("k{}", key % KEYS).into_bytes());
+                if own {
+                    spec.policy = Some((1 + u32::from(key % 4), Backoff::new(5, 50)));
+                    spec.payload.push(0xFF); // a policy of its own shows in the payload
+                }
+                self.schedule(vec![spec], true);
+            }
+            Op::CancelByKey { key } => {
+                let key = format!("k{}", key % KEYS).into_bytes();
+                let engine = self.engine.as_ref().expect("open");
+                let got = engine.cancel_by_key(&key).expect("cancel on a healthy disk");
+                check(self.model.cancel_by_key(&key, Ok(got), engine));
+            }
+            Op::Requeue { pick } | Op::Purge { pick, all: false } => {
+                let dead = self.model.dead_ids();
+                let id = match dead.get(usize::from(pick) % (dead.len() + 1)) {
+                    Some(&id) => JobId(id),
+                    None => self.pick_id(pick),
+                };
+                let requeue = matches!(op, Op::Requeue { .. });
+                let engine = self.engine.as_ref().expect("open");
+                let got = if requeue {
+                    engine.requeue_dead(&[id])
+                } else {
+                    engine.purge_dead(&[id])
+                }
+                .expect("dead letters on a healthy disk");
+                check(self.model.dead_changed(&[id], requeue, Ok(got), engine));
+                check(self.model.check_dead(engine));
+            }
+            Op::Purge { all: true, .. } => {
+                let engine = self.engine.as_ref().expect("open");
+                let got = engine
+                    .purge_dead_where(None)
+                    .expect("purge on a healthy disk");
+                check(self.model.purged_all(Ok(got), engine));
+                check(self.model.check_dead(engine));
             }
             Op::Reopen => self.reopen(None),
             Op::Compact => {

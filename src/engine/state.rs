@@ -328,7 +328,10 @@ impl State {
                     let e = self.extra.entry(id).or_default();
                     e.last_error = Some(Arc::from(reason));
                 }
-                self.counters.retried += 1;
+                // Since open (`Stats::retried`): replay's retries happened before it.
+                if live {
+                    self.counters.retried += 1;
+                }
                 let job = self.jobs.get_mut(&id).expect("checked");
                 job.lease_open = false;
                 job.due_ms = due_ms;
@@ -1082,7 +1085,10 @@ impl State {
             due_ms: j.due_ms,
             attempt: j.attempt,
             failures: j.failures,
-            last_error: extra.and_then(|e| e.last_error.clone()),
+            // An empty reason is no error: compaction keeps it so (a fate's "" clears it).
+            last_error: extra
+                .and_then(|e| e.last_error.clone())
+                .filter(|e| !e.is_empty()),
             tenant: extra.map_or(0, |e| e.tenant),
             key: extra.and_then(|e| e.key.clone()),
             payload: j.payload.to_shared(),

@@ -4,18 +4,30 @@
 //! both.
 //!
 //! It keeps two pictures of every job it has heard of:
-//! - **the engine's memory** ([`Live`]): state, due time, attempt, whether the log holds its
-//!   lease open, the deadline of its lease timer, when it entered the ready queue. It is exact:
-//!   every call is predicted from it and the answer compared. When a call fails with an I/O
-//!   error the model cannot know whether its append happened, so it looks at the engine
-//!   (`get`) and accepts exactly the two pictures "applied" and "not applied";
-//! - **what a recovery may show** ([`Job::may`], a small set of [`Alt`]ernatives). A call
+//! - **the engine's memory** ([`Live`], and [`Job::dead`] for the dead-letter set): state, due
+//!   time, attempt, failures, last error, whether the log holds its lease open, the deadline
+//!   of its lease timer, when it entered the ready queue; and the idempotency keys held. It is
+//!   exact: every call is predicted from it and the answer compared. When a call fails with an
+//!   I/O error the model cannot know whether its append happened, so it looks at the engine
+//!   (`get`, `dead_letter`) and accepts exactly the two pictures "applied" and "not applied";
+//! - **what a recovery may show** ([`Job::may`], a small set of [`Alt`]ernatives: gone and why,
+//!   present with due time (a range for a retry whose drawn wait is not known), attempt,
+//!   lease, failures and last error, or dead with what its burial recorded). A call
 //!   acknowledged after its sync makes everything appended before it durable: the set
 //!   collapses to the one state the log ends in. An unsynced append (`schedule_batch_nowait`)
 //!   or a call that failed with an I/O error (its records may be partly written and partly
 //!   synced, a batch may straddle a roll) adds every state a prefix of its records leaves
 //!   behind. A successful open must show one of them; the set is then resolved to what it
 //!   showed, because what recovery serves is durable.
+//!
+//! The lifecycle (docs/lifecycle.md): a lease that ran out is a failure, counted by the
+//! `Expire` the next claim, cancel or reschedule writes, or a `Bury` instead of the claim when
+//! it was the last attempt allowed; a retryable `fail` waits a drawn time within the backoff's
+//! ceiling for that failure (the engine shows it, and the model checks the bounds), or buries
+//! at the last attempt; `fail_permanently` buries; `retry_at` waits without a failure;
+//! `extend_lease` moves the lease timer; `requeue_dead` and `purge_dead` change dead jobs.
+//! A key is held by a live or dead job; a schedule naming a held key returns its holder's id
+//! and writes nothing.
 //!
 //! Jobs of a failed schedule call were never named to the caller: their specs are kept as
 //! *phantoms*, and an open may show an unknown id only as one of them. The engine's ready
@@ -25,10 +37,12 @@
 //! Each driver uses part of this file.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use timewheel::{Claimed, Engine, Error, JobId, JobInfo, JobSpec, JobState, Outcome};
+use timewheel::{
+    Backoff, Claimed, DeadJob, DeadQuery, Engine, Error, JobId, JobInfo, JobSpec, JobState, Outcome,
+};
 
 /// An oracle violation: what went wrong, for the failure report.
 #[derive(Debug, Clone)]
@@ -40,19 +54,69 @@ macro_rules! bail {
     };
 }
 
+/// The failure reasons the drivers pass to `fail` and `fail_permanently`; the model names
+/// them by index.
+pub const REASONS: &[&str] = &[
+    "simulated failure",
+    "upstream said 503",
+    "",
+    "timed out after 30 s",
+];
+/// What the engine records as the reason of a burial because the lease ran out on the last
+/// attempt allowed.
+pub const EXPIRED_REASON: &str = "the lease ran out on the last attempt allowed";
+/// [`Buried::reason`] of such a burial.
+pub const REASON_EXPIRED: u8 = u8::MAX;
+
+fn reason_text(r: u8) -> &'static str {
+    if r == REASON_EXPIRED {
+        EXPIRED_REASON
+    } else {
+        REASONS[usize::from(r)]
+    }
+}
+
+/// What `JobInfo::last_error` shows for a last error (an empty reason is none).
+fn error_text(e: Option<u8>) -> Option<&'static str> {
+    e.map(reason_text).filter(|t| !t.is_empty())
+}
+
 /// One job to schedule, with an absolute due time.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Spec {
     pub due_ms: u64,
     pub payload: Vec<u8>,
     pub binary: bool,
+    /// An idempotency key (`JobSpec::key`).
+    pub key: Option<Vec<u8>>,
+    /// The job's own retry policy (`JobSpec::max_attempts`, `JobSpec::backoff`); `None`: the
+    /// engine's `Config::retry`.
+    pub policy: Option<(u32, Backoff)>,
 }
 
 impl Spec {
+    /// A spec without a key or a policy of its own.
+    pub fn plain(due_ms: u64, payload: Vec<u8>, binary: bool) -> Spec {
+        Spec {
+            due_ms,
+            payload,
+            binary,
+            key: None,
+            policy: None,
+        }
+    }
+
     pub fn job_spec(&self) -> JobSpec {
-        JobSpec::at(self.due_ms)
+        let mut s = JobSpec::at(self.due_ms)
             .payload(self.payload.clone())
-            .binary(self.binary)
+            .binary(self.binary);
+        if let Some(k) = &self.key {
+            s = s.key(k.clone());
+        }
+        if let Some((max_attempts, backoff)) = self.policy {
+            s = s.max_attempts(max_attempts).backoff(backoff);
+        }
+        s
     }
 }
 
@@ -62,6 +126,12 @@ impl fmt::Debug for Spec {
         write!(f, "due {} payload {}b", self.due_ms, self.payload.len())?;
         if self.binary {
             f.write_str(" binary")?;
+        }
+        if let Some(k) = &self.key {
+            write!(f, " key {:?}", String::from_utf8_lossy(k))?;
+        }
+        if let Some((m, b)) = self.policy {
+            write!(f, " attempts {m} backoff {}-{}", b.base_ms, b.cap_ms)?;
         }
         Ok(())
     }
@@ -95,7 +165,10 @@ pub fn fault(e: &Error) -> Fault {
 pub enum Gone {
     Cancelled,
     Completed,
+    /// The old `Fail` record (no engine writes it since the dead-letter set exists).
     Failed,
+    /// Dead, then purged from the dead-letter set.
+    Purged,
     /// Its schedule never became durable (or recovery showed it absent).
     Absent,
 }
@@ -103,11 +176,33 @@ pub enum Gone {
 /// A job as the log holds it: what replay rebuilds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Logged {
+    /// The due time, within `due_ms ..= due_hi_ms` (a range only for a retry whose drawn wait
+    /// the model does not know: its call failed before the engine showed it).
     pub due_ms: u64,
+    pub due_hi_ms: u64,
     /// The newest claim's attempt (0: never claimed).
     pub attempt: u32,
-    /// The newest record is that claim: no `Expire`, cancel, reschedule or finish after it.
+    /// The newest record is that claim (or an `Extend` of it): no `Expire`, retry, cancel,
+    /// reschedule or finish after it.
     pub lease_open: bool,
+    /// Failed attempts counted (`Expire`s and retryable failures since the schedule or the
+    /// last requeue).
+    pub failures: u32,
+    /// The newest retryable failure's reason ([`REASONS`] index).
+    pub last_error: Option<u8>,
+}
+
+/// A dead job, as its burial recorded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Buried {
+    pub due_ms: u64,
+    pub attempt: u32,
+    pub failures: u32,
+    pub died_at_ms: u64,
+    /// Buried because the lease ran out on the last attempt allowed.
+    pub expired: bool,
+    /// [`REASONS`] index, or [`REASON_EXPIRED`].
+    pub reason: u8,
 }
 
 /// One state a recovery may show for a job.
@@ -115,6 +210,7 @@ pub struct Logged {
 pub enum Alt {
     Gone(Gone),
     Present(Logged),
+    Dead(Buried),
 }
 
 /// A job in the engine's memory.
@@ -123,12 +219,17 @@ pub struct Live {
     pub state: JobState,
     pub due_ms: u64,
     pub attempt: u32,
+    pub failures: u32,
+    pub last_error: Option<u8>,
     /// Whether the log holds its lease open; `None` when an I/O error left that unknown and
-    /// recovery could not tell (only `complete` or `fail` of that attempt reveal it).
+    /// recovery could not tell (the next call that depends on it tells).
     pub lease_open: Option<bool>,
     /// `Ready`: when its id is queued again if nobody claims it. `Running`: when the lease
     /// runs out.
     pub deadline_ms: u64,
+    /// `Running`: the other deadline the lease may have, after an `extend_lease` that failed
+    /// with an I/O error (applied in memory or not); the next `run_timers` tells which.
+    pub deadline_alt_ms: Option<u64>,
     /// `Ready`: when it entered the ready queue (fired, lease ran out, or the open).
     pub ready_at_ms: u64,
 }
@@ -151,6 +252,16 @@ pub struct Job {
     pub returned: bool,
     /// In the engine's memory, if it is visible there.
     pub live: Option<Live>,
+    /// In the engine's dead-letter set (memory), if it is there.
+    pub dead: Option<Buried>,
+    pub key: Option<Vec<u8>>,
+    /// Its retry policy: its own, or the engine's default.
+    pub max_attempts: u32,
+    pub backoff: Backoff,
+    /// `Bury` records of this job the log surely holds.
+    buries: u32,
+    /// A `Bury` of it was appended by a call that failed: recovery tells whether it holds.
+    bury_unsure: bool,
 }
 
 impl Job {
@@ -161,7 +272,7 @@ impl Job {
     }
 }
 
-/// The engine's counters the model follows exactly.
+/// The engine's counters the model follows exactly (`dedup_*`: a range).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Counters {
     completed: u64,
@@ -170,6 +281,9 @@ struct Counters {
     fired: u64,
     redelivered: u64,
     requeued: u64,
+    retried: u64,
+    dedup_lo: u64,
+    dedup_hi: u64,
 }
 
 fn state_index(s: JobState) -> usize {
@@ -189,22 +303,75 @@ enum Answer {
     Either,
 }
 
+/// How a worker ends an attempt other than by completing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// `fail` (`retryable`) or `fail_permanently`, with a [`REASONS`] index.
+    Fail { retryable: bool, reason: u8 },
+    /// `retry_at(due_ms)`.
+    RetryAt(u64),
+}
+
 /// A change of one job a call appends.
 #[derive(Debug, Clone, Copy)]
 enum Change {
     Cancel,
     Reschedule(u64),
-    Claim { lease_until_ms: u64 },
-    Finish(Gone),
+    Claim {
+        lease_until_ms: u64,
+    },
+    Complete,
+    /// A `Retry` record: due within `due_ms ..= due_hi_ms`, a failure with this reason
+    /// counted (`Some`) or not (`retry_at`).
+    Retry {
+        due_ms: u64,
+        due_hi_ms: u64,
+        failed: Option<u8>,
+    },
+    /// A `Bury` record.
+    Bury {
+        at_ms: u64,
+        expired: bool,
+        reason: u8,
+    },
+}
+
+/// How a schedule treats one spec's key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Named {
+    New,
+    /// The key is held by this job.
+    Existing(u64),
+    /// An earlier spec of the batch takes the key.
+    SameAs(usize),
+}
+
+/// What a run did of the lifecycle, applied in the engine's memory (for a campaign's figures).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tally {
+    /// Retries (`Retry` records: retryable failures and `retry_at`s).
+    pub retries: u64,
+    /// Burials: permanent failures, last allowed failures, leases run out at the last attempt.
+    pub buries: u64,
+    /// Of those, leases run out.
+    pub expired_buries: u64,
+    pub requeues: u64,
+    pub purges: u64,
+    pub extends: u64,
+    /// Schedules that named a held key.
+    pub deduplicated: u64,
 }
 
 /// The oracle.
 #[derive(Debug)]
 pub struct Model {
+    pub tally: Tally,
     pub jobs: BTreeMap<u64, Job>,
     /// Ids in the order learned, for picking.
     pub ids: Vec<u64>,
     pub lease_ms: u64,
+    /// The engine's `Config::retry`: the policy of jobs without one of their own.
+    pub default_policy: (u32, Backoff),
     /// The engine's `Config::id_block`: each open and each failed schedule call may skip up to
     /// this many ids (reserved, never handed out).
     pub id_block: u64,
@@ -217,7 +384,7 @@ pub struct Model {
     /// turn up as.
     phantoms: Vec<Spec>,
     /// The home-bucket bits ([`JobId::BUCKET_BITS`]) the phantoms' ids would carry.
-    phantom_residues: std::collections::BTreeSet<u64>,
+    phantom_residues: BTreeSet<u64>,
     /// The highest id durably used (acknowledged, or shown by an open): no id up to it is
     /// handed out again, since ids only grow and an open starts past every reservation.
     pub id_floor: u64,
@@ -233,6 +400,12 @@ pub struct Model {
     queue: Vec<u64>,
     /// Jobs per state in the engine's memory.
     in_state: [u64; 3],
+    /// Jobs in the engine's dead-letter set.
+    dead_count: u64,
+    /// Idempotency keys the engine's memory holds, with their holders (live or dead).
+    pub keys: BTreeMap<Vec<u8>, u64>,
+    /// Every key any spec named, to ask the engine about.
+    pub key_space: BTreeSet<Vec<u8>>,
     counters: Counters,
     /// Jobs whose `may` may collapse at the next sync.
     dirty: Vec<u64>,
@@ -241,10 +414,13 @@ pub struct Model {
 
 impl Model {
     pub fn new(start_ms: u64, lease_ms: u64, id_block: u64) -> Model {
+        let d = timewheel::RetryPolicy::default();
         Model {
+            tally: Tally::default(),
             jobs: BTreeMap::new(),
             ids: Vec::new(),
             lease_ms,
+            default_policy: (d.max_attempts, d.backoff),
             id_block,
             id_skips: 0,
             failed_specs: 0,
@@ -258,10 +434,19 @@ impl Model {
             engine_now_ms: start_ms,
             queue: Vec::new(),
             in_state: [0; 3],
+            dead_count: 0,
+            keys: BTreeMap::new(),
+            key_space: BTreeSet::new(),
             counters: Counters::default(),
             dirty: Vec::new(),
             append_seq: 0,
         }
+    }
+
+    /// The engine's `Config::retry` is `policy` (the default is `RetryPolicy::default()`).
+    pub fn with_retry(mut self, policy: timewheel::RetryPolicy) -> Model {
+        self.default_policy = (policy.max_attempts, policy.backoff);
+        self
     }
 
     /// The clock now reads `ms` (forwards or back).
@@ -274,6 +459,11 @@ impl Model {
     fn observe(&mut self) -> u64 {
         self.engine_now_ms = self.engine_now_ms.max(self.clock_ms);
         self.engine_now_ms
+    }
+
+    /// The time a call that does not move the engine's time uses (a finish, a retry).
+    fn peek_now(&self) -> u64 {
+        self.engine_now_ms.max(self.clock_ms)
     }
 
     pub fn engine_now_ms(&self) -> u64 {
@@ -293,7 +483,10 @@ impl Model {
         let old = self.jobs.insert(id, job);
         match old {
             None => self.ids.push(id),
-            Some(old) => assert!(old.live.is_none(), "a reissued id had no visible job"),
+            Some(old) => assert!(
+                old.live.is_none() && old.dead.is_none(),
+                "a reissued id had no visible job"
+            ),
         }
         if let Some(l) = &self.jobs[&id].live {
             self.in_state[state_index(l.state)] += 1;
@@ -310,6 +503,23 @@ impl Model {
             self.in_state[state_index(l.state)] += 1;
         }
         job.live = new;
+    }
+
+    /// Puts a job into the dead-letter set in memory, or takes it out.
+    fn set_dead(&mut self, id: u64, new: Option<Buried>) {
+        let job = self.jobs.get_mut(&id).expect("a known job");
+        self.dead_count -= u64::from(job.dead.is_some());
+        self.dead_count += u64::from(new.is_some());
+        job.dead = new;
+    }
+
+    /// The job no longer holds its key (it completed, was cancelled or purged).
+    fn release_key(&mut self, id: u64) {
+        if let Some(k) = self.jobs.get(&id).and_then(|j| j.key.clone())
+            && self.keys.get(&k) == Some(&id)
+        {
+            self.keys.remove(&k);
+        }
     }
 
     fn live(&self, id: u64) -> Option<&Live> {
@@ -362,32 +572,70 @@ impl Model {
     }
 
     /// The records a change of a job in memory as `l` appends, and the states they leave.
+    /// With the lease's state in the log unknown (`l.lease_open == None`), both the states with
+    /// and without the `Expire` are listed (a caller that saw the change applied resolves the
+    /// lease first).
     fn records(l: &Live, change: Change) -> Vec<Alt> {
-        let mut alts = Vec::with_capacity(2);
+        let mut alts = Vec::with_capacity(3);
         // A lease that ran out in memory (or whose state is unknown) is closed by an `Expire`
-        // written first; a crash may keep it without the record after it.
-        let expire = l.lease_open != Some(false) && !matches!(change, Change::Finish(_));
-        if expire {
-            alts.push(Alt::Present(Logged {
-                due_ms: l.due_ms,
-                attempt: l.attempt,
-                lease_open: false,
-            }));
-        }
-        alts.push(match change {
-            Change::Cancel => Alt::Gone(Gone::Cancelled),
-            Change::Finish(g) => Alt::Gone(g),
-            Change::Reschedule(due_ms) => Alt::Present(Logged {
+        // written first, counting a failure; a crash may keep it without the record after it.
+        let expire = l.lease_open != Some(false)
+            && matches!(
+                change,
+                Change::Cancel | Change::Reschedule(_) | Change::Claim { .. }
+            );
+        let present = |due_ms: u64, attempt: u32, lease_open: bool, failures: u32| {
+            Alt::Present(Logged {
                 due_ms,
-                attempt: l.attempt,
-                lease_open: false,
-            }),
-            Change::Claim { .. } => Alt::Present(Logged {
-                due_ms: l.due_ms,
-                attempt: l.attempt + 1,
-                lease_open: true,
-            }),
-        });
+                due_hi_ms: due_ms,
+                attempt,
+                lease_open,
+                failures,
+                last_error: l.last_error,
+            })
+        };
+        if expire {
+            alts.push(present(l.due_ms, l.attempt, false, l.failures + 1));
+        }
+        // The failures after the `Expire`, if any: both counts when it is unknown.
+        let after: Vec<u32> = match l.lease_open {
+            None if expire => vec![l.failures, l.failures + 1],
+            Some(true) if expire => vec![l.failures + 1],
+            _ => vec![l.failures],
+        };
+        for f in after {
+            alts.push(match change {
+                Change::Cancel => Alt::Gone(Gone::Cancelled),
+                Change::Complete => Alt::Gone(Gone::Completed),
+                Change::Reschedule(due_ms) => present(due_ms, l.attempt, false, f),
+                Change::Claim { .. } => present(l.due_ms, l.attempt + 1, true, f),
+                Change::Retry {
+                    due_ms,
+                    due_hi_ms,
+                    failed,
+                } => Alt::Present(Logged {
+                    due_ms,
+                    due_hi_ms,
+                    attempt: l.attempt,
+                    lease_open: false,
+                    failures: f + u32::from(failed.is_some()),
+                    last_error: failed.or(l.last_error),
+                }),
+                Change::Bury {
+                    at_ms,
+                    expired,
+                    reason,
+                } => Alt::Dead(Buried {
+                    due_ms: l.due_ms,
+                    attempt: l.attempt,
+                    failures: f + 1,
+                    died_at_ms: at_ms,
+                    expired,
+                    reason,
+                }),
+            });
+        }
+        alts.dedup();
         alts
     }
 
@@ -399,42 +647,127 @@ impl Model {
         if applied || fault == Some(Fault::Unknown) {
             self.appended_records(id, &alts, applied);
         }
+        if let Change::Bury { .. } = change {
+            let job = self.jobs.get_mut(&id).expect("known");
+            if applied && fault.is_none() {
+                job.buries += 1;
+            } else if fault == Some(Fault::Unknown) {
+                job.bury_unsure = true;
+            }
+        }
         if !applied {
             return;
         }
+        assert!(
+            l.lease_open.is_some() || matches!(change, Change::Cancel | Change::Complete),
+            "a change applied with its lease unknown ({change:?} of job {id})"
+        );
+        let expired = l.lease_open == Some(true)
+            && matches!(
+                change,
+                Change::Cancel | Change::Reschedule(_) | Change::Claim { .. }
+            );
+        let failures = l.failures + u32::from(expired);
         let next = match change {
             Change::Cancel => {
                 self.counters.cancelled += 1;
+                self.release_key(id);
                 None
             }
-            Change::Finish(g) => {
-                match g {
-                    Gone::Completed => self.counters.completed += 1,
-                    Gone::Failed => self.counters.failed += 1,
-                    _ => unreachable!("a finish completes or fails"),
-                }
+            Change::Complete => {
+                self.counters.completed += 1;
+                self.release_key(id);
                 None
             }
             Change::Reschedule(due_ms) => Some(Live {
                 state: JobState::Scheduled,
                 due_ms,
+                failures,
                 lease_open: Some(false),
+                deadline_alt_ms: None,
                 ..l
             }),
             Change::Claim { lease_until_ms } => Some(Live {
                 state: JobState::Running,
                 attempt: l.attempt + 1,
+                failures,
                 lease_open: Some(true),
                 deadline_ms: lease_until_ms,
+                deadline_alt_ms: None,
                 ..l
             }),
+            Change::Retry {
+                due_ms,
+                due_hi_ms,
+                failed,
+            } => {
+                assert_eq!(due_ms, due_hi_ms, "an applied retry's due time is known");
+                self.counters.retried += 1;
+                self.tally.retries += 1;
+                Some(Live {
+                    state: JobState::Scheduled,
+                    due_ms,
+                    failures: l.failures + u32::from(failed.is_some()),
+                    last_error: failed.or(l.last_error),
+                    lease_open: Some(false),
+                    deadline_alt_ms: None,
+                    ..l
+                })
+            }
+            Change::Bury {
+                at_ms,
+                expired,
+                reason,
+            } => {
+                self.counters.failed += 1;
+                self.tally.buries += 1;
+                self.tally.expired_buries += u64::from(expired);
+                self.set_dead(
+                    id,
+                    Some(Buried {
+                        due_ms: l.due_ms,
+                        attempt: l.attempt,
+                        failures: l.failures + 1,
+                        died_at_ms: at_ms,
+                        expired,
+                        reason,
+                    }),
+                );
+                None
+            }
         };
         self.set_live(id, next);
     }
 
+    /// The lease of a job in memory whose log state was unknown is told by the failures the
+    /// engine shows after a change that wrote the `Expire` if the lease was open.
+    fn learn_lease(&mut self, id: u64, info: Option<&JobInfo>) -> Result<(), Violation> {
+        let Some(l) = self.jobs.get_mut(&id).and_then(|j| j.live.as_mut()) else {
+            return Ok(());
+        };
+        if l.lease_open.is_some() {
+            return Ok(());
+        }
+        let Some(i) = info else {
+            return Ok(());
+        };
+        if i.failures == l.failures + 1 {
+            l.lease_open = Some(true);
+        } else if i.failures == l.failures {
+            l.lease_open = Some(false);
+        } else {
+            bail!(
+                "job {id} shows {} failures after a change; the model says {} or one more",
+                i.failures,
+                l.failures
+            );
+        }
+        Ok(())
+    }
+
     // ---- schedule -------------------------------------------------------------------------
 
-    /// Checks ids a schedule returned for `n` specs: new, growing, never durably used.
+    /// Checks ids a schedule returned for new jobs: new, growing, never durably used.
     fn check_new_ids(&mut self, ids: &[JobId], n: usize) -> Result<(), Violation> {
         if ids.len() != n {
             bail!("schedule of {n} jobs returned {} ids", ids.len());
@@ -466,7 +799,8 @@ impl Model {
         Ok(())
     }
 
-    fn new_job(spec: &Spec, may: Vec<Alt>, returned: bool, live: Option<Live>) -> Job {
+    fn new_job(&self, spec: &Spec, may: Vec<Alt>, returned: bool, live: Option<Live>) -> Job {
+        let (max_attempts, backoff) = spec.policy.unwrap_or(self.default_policy);
         Job {
             log: may.last().copied(),
             may,
@@ -476,6 +810,12 @@ impl Model {
             binary: Some(spec.binary),
             returned,
             live,
+            dead: None,
+            key: spec.key.clone(),
+            max_attempts,
+            backoff,
+            buries: 0,
+            bury_unsure: false,
         }
     }
 
@@ -484,8 +824,11 @@ impl Model {
             state: JobState::Scheduled,
             due_ms,
             attempt: 0,
+            failures: 0,
+            last_error: None,
             lease_open: Some(false),
             deadline_ms: 0,
+            deadline_alt_ms: None,
             ready_at_ms: 0,
         }
     }
@@ -493,9 +836,34 @@ impl Model {
     fn fresh(due_ms: u64) -> Alt {
         Alt::Present(Logged {
             due_ms,
+            due_hi_ms: due_ms,
             attempt: 0,
             lease_open: false,
+            failures: 0,
+            last_error: None,
         })
+    }
+
+    /// How a schedule of `specs` treats each one's key, from the keys held in memory.
+    fn name_keys(&self, specs: &[Spec]) -> Vec<Named> {
+        let mut first: BTreeMap<&[u8], usize> = BTreeMap::new();
+        specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| match &s.key {
+                None => Named::New,
+                Some(k) => match self.keys.get(k) {
+                    Some(&holder) => Named::Existing(holder),
+                    None => match first.get(&k[..]) {
+                        Some(&j) => Named::SameAs(j),
+                        None => {
+                            first.insert(k, i);
+                            Named::New
+                        }
+                    },
+                },
+            })
+            .collect()
     }
 
     /// `schedule` or `schedule_batch` of `specs` returned `r`.
@@ -504,33 +872,80 @@ impl Model {
         specs: &[Spec],
         r: Result<Vec<JobId>, Fault>,
     ) -> Result<(), Violation> {
+        for s in specs {
+            if let Some(k) = &s.key {
+                self.key_space.insert(k.clone());
+            }
+        }
+        let named = self.name_keys(specs);
+        let deduplicated = named.iter().filter(|n| **n != Named::New).count() as u64;
         match r {
             Ok(ids) => {
-                self.check_new_ids(&ids, specs.len())?;
-                if !ids.is_empty() {
+                if ids.len() != specs.len() {
+                    bail!(
+                        "schedule of {} jobs returned {} ids",
+                        specs.len(),
+                        ids.len()
+                    );
+                }
+                for (i, n) in named.iter().enumerate() {
+                    let want = match *n {
+                        Named::New => continue,
+                        Named::Existing(h) => h,
+                        Named::SameAs(j) => ids[j].0,
+                    };
+                    if ids[i].0 != want {
+                        bail!(
+                            "schedule naming key {:?} returned {}; the key is held by {want}",
+                            specs[i].key,
+                            ids[i]
+                        );
+                    }
+                }
+                let fresh: Vec<(JobId, &Spec)> = ids
+                    .iter()
+                    .zip(specs)
+                    .zip(&named)
+                    .filter(|(_, n)| **n == Named::New)
+                    .map(|((id, s), _)| (*id, s))
+                    .collect();
+                let new_ids: Vec<JobId> = fresh.iter().map(|(id, _)| *id).collect();
+                self.check_new_ids(&new_ids, fresh.len())?;
+                if !fresh.is_empty() {
                     self.observe(); // the commit reads the clock
                 }
-                for (id, spec) in ids.iter().zip(specs) {
+                for (id, spec) in fresh {
                     self.max_returned_id = self.max_returned_id.max(id.0);
                     let live = Self::scheduled_live(spec.due_ms);
-                    let job = Self::new_job(spec, vec![Self::fresh(spec.due_ms)], true, Some(live));
+                    let job = self.new_job(spec, vec![Self::fresh(spec.due_ms)], true, Some(live));
                     self.learn(id.0, job);
+                    if let Some(k) = &spec.key {
+                        self.keys.insert(k.clone(), id.0);
+                    }
                     self.id_floor = self.id_floor.max(id.0);
                 }
+                self.counters.dedup_lo += deduplicated;
+                self.tally.deduplicated += deduplicated;
+                self.counters.dedup_hi += deduplicated;
                 self.synced_all();
             }
             Err(f) => {
                 self.failed_specs += specs.len() as u64;
                 self.id_skips += 1;
                 if f == Fault::Unknown {
+                    // Counted once the append succeeded, before the sync that failed.
+                    self.counters.dedup_hi += deduplicated;
                     // The engine names a job's home bucket in its id: the hour it is due, or
                     // the hour of the clock reading the call took if it was due already.
-                    for spec in specs {
+                    for (spec, n) in specs.iter().zip(&named) {
+                        if *n != Named::New {
+                            continue; // it named a job that exists: nothing written for it
+                        }
                         let hour = spec.due_ms.max(self.clock_ms) / 3_600_000;
                         self.phantom_residues
                             .insert(hour % (1 << JobId::BUCKET_BITS));
+                        self.phantoms.push(spec.clone());
                     }
-                    self.phantoms.extend(specs.iter().cloned());
                 }
             }
         }
@@ -538,19 +953,24 @@ impl Model {
     }
 
     /// `schedule_batch_nowait` of `specs` returned `ids`: appended, not durable, not visible.
+    /// (The model does not follow keys of unsynced schedules: specs here have none.)
     pub fn appended(
         &mut self,
         specs: &[Spec],
         ids: &[JobId],
         engine: &Engine,
     ) -> Result<(), Violation> {
+        assert!(
+            specs.iter().all(|s| s.key.is_none()),
+            "keyed schedules without a wait are not modelled"
+        );
         self.check_new_ids(ids, specs.len())?;
         for (id, spec) in ids.iter().zip(specs) {
             if engine.get(*id).is_some() {
                 bail!("job {id} visible before its commit");
             }
             let fresh = Self::fresh(spec.due_ms);
-            let job = Self::new_job(spec, vec![Alt::Gone(Gone::Absent)], false, None);
+            let job = self.new_job(spec, vec![Alt::Gone(Gone::Absent)], false, None);
             self.learn(id.0, job);
             self.appended_records(id.0, &[fresh], true);
         }
@@ -609,7 +1029,8 @@ impl Model {
         id: u64,
         change: Change,
         r: Result<Outcome, Fault>,
-        applied: impl FnOnce() -> bool,
+        engine: &Engine,
+        applied: impl FnOnce(Option<&JobInfo>) -> bool,
     ) -> Result<(), Violation> {
         let expect = self.change_outcome(id);
         match r {
@@ -621,6 +1042,8 @@ impl Model {
                     );
                 }
                 if got.is_done() {
+                    let info = engine.get(JobId(id));
+                    self.learn_lease(id, info.as_ref())?;
                     self.change(id, change, true, None);
                     self.synced_all();
                 }
@@ -633,7 +1056,11 @@ impl Model {
                     }
                     return Ok(());
                 }
-                let applied = applied();
+                let info = engine.get(JobId(id));
+                let applied = applied(info.as_ref());
+                if applied {
+                    self.learn_lease(id, info.as_ref())?;
+                }
                 self.change(id, change, applied, Some(f));
             }
         }
@@ -647,9 +1074,25 @@ impl Model {
         r: Result<Outcome, Fault>,
         engine: &Engine,
     ) -> Result<(), Violation> {
-        self.changed("cancel", id, Change::Cancel, r, || {
-            engine.get(JobId(id)).is_none()
-        })
+        self.changed("cancel", id, Change::Cancel, r, engine, |i| i.is_none())
+    }
+
+    /// `cancel_by_key(key)` returned `r`: a cancel of the key's holder, or `NotFound` (without
+    /// a look at anything else, also on an engine that refuses calls) when no job holds it.
+    pub fn cancel_by_key(
+        &mut self,
+        key: &[u8],
+        r: Result<Outcome, Fault>,
+        engine: &Engine,
+    ) -> Result<(), Violation> {
+        self.key_space.insert(key.to_vec());
+        match self.keys.get(key) {
+            Some(&id) => self.cancel(id, r, engine),
+            None => match r {
+                Ok(Outcome::NotFound) => Ok(()),
+                other => bail!("cancel_by_key of a key no job holds returned {other:?}"),
+            },
+        }
     }
 
     /// `reschedule(id, due_ms)` returned `r`.
@@ -660,11 +1103,14 @@ impl Model {
         r: Result<Outcome, Fault>,
         engine: &Engine,
     ) -> Result<(), Violation> {
-        self.changed("reschedule", id, Change::Reschedule(due_ms), r, || {
-            engine
-                .get(JobId(id))
-                .is_some_and(|i| i.state == JobState::Scheduled && i.due_ms == due_ms)
-        })
+        self.changed(
+            "reschedule",
+            id,
+            Change::Reschedule(due_ms),
+            r,
+            engine,
+            |i| i.is_some_and(|i| i.state == JobState::Scheduled && i.due_ms == due_ms),
+        )
     }
 
     // ---- claims and finishes --------------------------------------------------------------
@@ -676,6 +1122,20 @@ impl Model {
             .filter(|(_, j)| j.live.as_ref().is_some_and(|l| l.state == JobState::Ready))
             .map(|(&id, _)| JobId(id))
             .collect()
+    }
+
+    /// What a claim of a ready job does: a claim (`Some(false)`), a burial because the lease
+    /// ran out on the last attempt allowed (`Some(true)`), or either when the log's lease is
+    /// unknown (`None`).
+    fn claim_buries(&self, id: u64) -> Option<bool> {
+        let job = &self.jobs[&id];
+        let l = job.live.as_ref().expect("ready");
+        let last = l.failures + 1 >= job.max_attempts;
+        match l.lease_open {
+            Some(open) => Some(open && last),
+            None if last => None,
+            None => Some(false),
+        }
     }
 
     /// `claim_batch(ids)` (or `claim` of one) returned `r`.
@@ -698,14 +1158,19 @@ impl Model {
         let now = self.observe();
         let lease_until_ms = now.saturating_add(self.lease_ms);
         // A job named twice is claimed the first time only (checked against the state before).
-        let mut seen = std::collections::BTreeSet::new();
+        let mut seen = BTreeSet::new();
         let expect: Vec<bool> = ids
             .iter()
             .map(|id| {
                 self.live(id.0).is_some_and(|l| l.state == JobState::Ready) && seen.insert(id.0)
             })
             .collect();
-        let change = Change::Claim { lease_until_ms };
+        let claim = Change::Claim { lease_until_ms };
+        let bury = Change::Bury {
+            at_ms: now,
+            expired: true,
+            reason: REASON_EXPIRED,
+        };
         match r {
             Ok(got) => {
                 if got.len() != ids.len() {
@@ -713,17 +1178,33 @@ impl Model {
                 }
                 let mut any = false;
                 for ((id, c), want) in ids.iter().zip(&got).zip(&expect) {
-                    match (c, want) {
-                        (None, false) => {}
-                        (Some(c), true) => {
+                    let buries = want.then(|| self.claim_buries(id.0));
+                    match (c, buries) {
+                        (None, None) => {}
+                        (None, Some(Some(true) | None)) => {
+                            // Buried instead of claimed: the lease was open in the log.
+                            if engine.dead_letter(*id).is_none() {
+                                bail!(
+                                    "claim of job {id} returned None; the model says it is buried"
+                                );
+                            }
+                            self.set_lease(id.0, Some(true));
+                            self.change(id.0, bury, true, None);
+                            any = true;
+                        }
+                        (Some(c), Some(Some(false) | None)) => {
+                            let info = engine.get(*id);
+                            self.learn_lease(id.0, info.as_ref())?;
                             self.check_claimed(id.0, c, lease_until_ms)?;
-                            self.change(id.0, change, true, None);
+                            self.change(id.0, claim, true, None);
                             any = true;
                         }
                         (c, _) => bail!(
                             "claim of job {id} returned {:?}; the model has {:?}",
                             c.as_ref().map(|c| c.attempt),
-                            self.jobs.get(&id.0).map(|j| (&j.may, &j.live))
+                            self.jobs
+                                .get(&id.0)
+                                .map(|j| (&j.may, &j.live, j.max_attempts))
                         ),
                     }
                 }
@@ -737,14 +1218,37 @@ impl Model {
                         continue;
                     }
                     let attempt = self.live(id.0).expect("ready").attempt;
-                    let applied = engine
-                        .get(*id)
+                    let info = engine.get(*id);
+                    let claimed = info
+                        .as_ref()
                         .is_some_and(|i| i.state == JobState::Running && i.attempt == attempt + 1);
-                    self.change(id.0, change, applied, Some(f));
+                    let buried = info.is_none() && engine.dead_letter(*id).is_some();
+                    match self.claim_buries(id.0) {
+                        _ if claimed => {
+                            self.learn_lease(id.0, info.as_ref())?;
+                            self.change(id.0, claim, true, Some(f));
+                        }
+                        _ if buried => {
+                            self.set_lease(id.0, Some(true));
+                            self.change(id.0, bury, true, Some(f));
+                        }
+                        Some(true) => self.change(id.0, bury, false, Some(f)),
+                        Some(false) => self.change(id.0, claim, false, Some(f)),
+                        None => {
+                            self.change(id.0, claim, false, Some(f));
+                            self.change(id.0, bury, false, Some(f));
+                        }
+                    }
                 }
             }
         }
         Ok(())
+    }
+
+    fn set_lease(&mut self, id: u64, open: Option<bool>) {
+        if let Some(l) = self.jobs.get_mut(&id).and_then(|j| j.live.as_mut()) {
+            l.lease_open = open;
+        }
     }
 
     /// Checks what a claim handed out against the job in memory.
@@ -807,8 +1311,8 @@ impl Model {
         }
     }
 
-    /// `complete_batch` (`how` = `Completed`), `complete` or `fail` (`Failed`) of `claims`
-    /// returned `r`.
+    /// `complete_batch` or `complete` of `claims` returned `r` (`how` is `Completed`; a
+    /// permanent failure is [`Model::ended_attempt`]).
     pub fn finish(
         &mut self,
         claims: &[Claimed],
@@ -816,11 +1320,12 @@ impl Model {
         r: Result<Vec<bool>, Fault>,
         engine: &Engine,
     ) -> Result<(), Violation> {
+        assert_eq!(how, Gone::Completed, "finish completes");
         if matches!(r, Err(Fault::NotOpen)) {
             return Ok(());
         }
         // Checked against the state before the call; a job named twice finishes once.
-        let mut seen = std::collections::BTreeSet::new();
+        let mut seen = BTreeSet::new();
         let expect: Vec<Answer> = claims
             .iter()
             .map(|c| match self.can_finish(c) {
@@ -845,12 +1350,10 @@ impl Model {
                 for ((c, &ok), want) in claims.iter().zip(&got).zip(&expect) {
                     match (ok, want) {
                         (false, Answer::No) => {}
-                        (false, Answer::Either) => {
-                            let job = self.jobs.get_mut(&c.id.0).expect("visible");
-                            job.live.as_mut().expect("visible").lease_open = Some(false);
-                        }
+                        (false, Answer::Either) => self.set_lease(c.id.0, Some(false)),
                         (true, Answer::Yes | Answer::Either) => {
-                            self.change(c.id.0, Change::Finish(how), true, None);
+                            self.set_lease(c.id.0, Some(true));
+                            self.change(c.id.0, Change::Complete, true, None);
                             any = true;
                         }
                         (ok, want) => bail!(
@@ -872,11 +1375,324 @@ impl Model {
                         continue;
                     }
                     let applied = engine.get(c.id).is_none();
-                    self.change(c.id.0, Change::Finish(how), applied, Some(f));
+                    if applied {
+                        self.set_lease(c.id.0, Some(true));
+                    }
+                    self.change(c.id.0, Change::Complete, applied, Some(f));
                 }
             }
         }
         Ok(())
+    }
+
+    /// `fail`, `fail_permanently` or `retry_at` (`ending`) of `c` returned `r`.
+    pub fn ended_attempt(
+        &mut self,
+        c: &Claimed,
+        ending: Ending,
+        r: Result<bool, Fault>,
+        engine: &Engine,
+    ) -> Result<(), Violation> {
+        if matches!(r, Err(Fault::NotOpen)) {
+            return Ok(());
+        }
+        let want = self.can_finish(c);
+        let id = c.id.0;
+        // A finish does not move the engine's time; it uses the later of it and the clock.
+        let t = self.peek_now();
+        let change = (want != Answer::No).then(|| {
+            let job = &self.jobs[&id];
+            let l = job.live.as_ref().expect("finishable");
+            let n = l.failures + 1;
+            match ending {
+                Ending::RetryAt(due_ms) => Change::Retry {
+                    due_ms,
+                    due_hi_ms: due_ms,
+                    failed: None,
+                },
+                Ending::Fail { retryable, reason } if retryable && n < job.max_attempts => {
+                    Change::Retry {
+                        due_ms: t,
+                        due_hi_ms: t.saturating_add(job.backoff.ceiling_ms(n)),
+                        failed: Some(reason),
+                    }
+                }
+                Ending::Fail { reason, .. } => Change::Bury {
+                    at_ms: t,
+                    expired: false,
+                    reason,
+                },
+            }
+        });
+        // The engine's memory after the call shows whether it applied, and a retry's draw.
+        let seen = |engine: &Engine, change: Change| -> Result<Option<Change>, Violation> {
+            let info = engine.get(c.id);
+            Ok(match change {
+                Change::Retry {
+                    due_ms,
+                    due_hi_ms,
+                    failed,
+                } => match info {
+                    Some(i) if i.state == JobState::Scheduled && i.attempt == c.attempt => {
+                        if i.due_ms < due_ms || i.due_ms > due_hi_ms {
+                            bail!(
+                                "job {id} retries at {}, outside {due_ms}..={due_hi_ms} (the \
+                                 backoff's ceiling for this failure)",
+                                i.due_ms
+                            );
+                        }
+                        Some(Change::Retry {
+                            due_ms: i.due_ms,
+                            due_hi_ms: i.due_ms,
+                            failed,
+                        })
+                    }
+                    _ => None,
+                },
+                Change::Bury { .. } => {
+                    (info.is_none() && engine.dead_letter(c.id).is_some()).then_some(change)
+                }
+                _ => unreachable!("an ending retries or buries"),
+            })
+        };
+        match r {
+            Ok(ok) => match (ok, want) {
+                (false, Answer::No) => {}
+                (false, Answer::Either) => self.set_lease(id, Some(false)),
+                (true, Answer::Yes | Answer::Either) => {
+                    self.set_lease(id, Some(true));
+                    let change = change.expect("finishable");
+                    let Some(applied) = seen(engine, change)? else {
+                        bail!(
+                            "{ending:?} of job {id} answered true, but the engine shows {:?} / \
+                             {:?}; the model expects {change:?}",
+                            engine.get(c.id),
+                            engine.dead_letter(c.id)
+                        );
+                    };
+                    self.change(id, applied, true, None);
+                    self.synced_all();
+                }
+                (ok, want) => bail!(
+                    "{ending:?} of job {id} attempt {} answered {ok}; the model says {want:?} \
+                     ({:?})",
+                    c.attempt,
+                    self.jobs.get(&id).map(|j| (&j.may, &j.live))
+                ),
+            },
+            Err(f) => {
+                let Some(change) = change else {
+                    return Ok(());
+                };
+                match seen(engine, change)? {
+                    Some(applied) => {
+                        self.set_lease(id, Some(true));
+                        self.change(id, applied, true, Some(f));
+                    }
+                    None => self.change(id, change, false, Some(f)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `extend_lease(c, lease_ms)` returned `r`.
+    pub fn extended(
+        &mut self,
+        c: &Claimed,
+        lease_ms: u64,
+        r: Result<Option<u64>, Fault>,
+    ) -> Result<(), Violation> {
+        let id = c.id.0;
+        let until = self.peek_now().saturating_add(lease_ms);
+        let want = self.live(id).is_some_and(|l| {
+            l.state == JobState::Running && l.lease_open == Some(true) && l.attempt == c.attempt
+        });
+        match r {
+            Err(Fault::NotOpen | Fault::NothingWritten) => {}
+            Ok(None) if !want => {}
+            Ok(Some(got)) if want => {
+                if got != until {
+                    bail!(
+                        "extend_lease of job {id} moved the lease to {got}; the model says {until}"
+                    );
+                }
+                // The `Extend` leaves the log as it was: the lease open by this attempt.
+                let l = self
+                    .jobs
+                    .get_mut(&id)
+                    .and_then(|j| j.live.as_mut())
+                    .expect("running");
+                l.deadline_ms = until;
+                l.deadline_alt_ms = None;
+                self.tally.extends += 1;
+                self.synced_all();
+            }
+            Err(Fault::Unknown) if want => {
+                let l = self
+                    .jobs
+                    .get_mut(&id)
+                    .and_then(|j| j.live.as_mut())
+                    .expect("running");
+                l.deadline_alt_ms = Some(until);
+            }
+            other => bail!(
+                "extend_lease of job {id} attempt {} returned {other:?}; the model says {}",
+                c.attempt,
+                if want {
+                    "it extends"
+                } else {
+                    "it writes nothing"
+                }
+            ),
+        }
+        Ok(())
+    }
+
+    // ---- the dead-letter set --------------------------------------------------------------
+
+    /// Ids of the jobs in the dead-letter set in memory, in id order.
+    pub fn dead_ids(&self) -> Vec<u64> {
+        self.jobs
+            .iter()
+            .filter(|(_, j)| j.dead.is_some())
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    /// `requeue_dead(ids)` (`requeue`) or `purge_dead(ids)` returned `r`.
+    pub fn dead_changed(
+        &mut self,
+        ids: &[JobId],
+        requeue: bool,
+        r: Result<Vec<bool>, Fault>,
+        engine: &Engine,
+    ) -> Result<(), Violation> {
+        if matches!(r, Err(Fault::NotOpen)) || ids.is_empty() {
+            return Ok(());
+        }
+        let now = self.observe();
+        let mut seen = BTreeSet::new();
+        let expect: Vec<bool> = ids
+            .iter()
+            .map(|id| self.jobs.get(&id.0).is_some_and(|j| j.dead.is_some()) && seen.insert(id.0))
+            .collect();
+        match r {
+            Ok(got) => {
+                if got != expect {
+                    bail!(
+                        "{} of {ids:?} answered {got:?}; the model says {expect:?}",
+                        if requeue {
+                            "requeue_dead"
+                        } else {
+                            "purge_dead"
+                        }
+                    );
+                }
+                for (id, _) in ids.iter().zip(&expect).filter(|(_, w)| **w) {
+                    self.dead_change(id.0, requeue, now, true, None);
+                }
+                if expect.iter().any(|w| *w) {
+                    self.synced_all();
+                }
+            }
+            Err(f) => {
+                for (id, _) in ids.iter().zip(&expect).filter(|(_, w)| **w) {
+                    let applied = if requeue {
+                        engine.get(*id).is_some()
+                    } else {
+                        engine.dead_letter(*id).is_none()
+                    };
+                    self.dead_change(id.0, requeue, now, applied, Some(f));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `purge_dead_where(None)` returned `r`: every dead job purged, page by page.
+    pub fn purged_all(&mut self, r: Result<u64, Fault>, engine: &Engine) -> Result<(), Violation> {
+        let dead = self.dead_ids();
+        match r {
+            Ok(n) => {
+                if n != dead.len() as u64 {
+                    bail!(
+                        "purge_dead_where purged {n}; the model has {} dead",
+                        dead.len()
+                    );
+                }
+                if !dead.is_empty() {
+                    self.observe();
+                }
+                let now = self.engine_now_ms;
+                for id in &dead {
+                    self.dead_change(*id, false, now, true, None);
+                }
+                if !dead.is_empty() {
+                    self.synced_all(); // nothing to purge: nothing written, nothing waited for
+                }
+            }
+            Err(Fault::NotOpen) => {}
+            Err(f) => {
+                // A page purged before a failed one took effect; the failed one may have.
+                if !dead.is_empty() {
+                    self.observe();
+                }
+                let now = self.engine_now_ms;
+                for id in dead {
+                    let applied = engine.dead_letter(JobId(id)).is_none();
+                    self.dead_change(id, false, now, applied, Some(f));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A `Requeue` (due `now`) or `Purge` of dead job `id`, applied in memory or not.
+    fn dead_change(
+        &mut self,
+        id: u64,
+        requeue: bool,
+        now: u64,
+        applied: bool,
+        fault: Option<Fault>,
+    ) {
+        let b = self.jobs[&id].dead.expect("dead");
+        let alt = if requeue {
+            Alt::Present(Logged {
+                due_ms: now,
+                due_hi_ms: now,
+                attempt: b.attempt,
+                lease_open: false,
+                failures: 0,
+                last_error: None,
+            })
+        } else {
+            Alt::Gone(Gone::Purged)
+        };
+        if applied || fault == Some(Fault::Unknown) {
+            self.appended_records(id, &[alt], applied);
+        }
+        if !applied {
+            return;
+        }
+        self.set_dead(id, None);
+        if requeue {
+            self.tally.requeues += 1;
+        } else {
+            self.tally.purges += 1;
+        }
+        if requeue {
+            self.set_live(
+                id,
+                Some(Live {
+                    attempt: b.attempt,
+                    ..Self::scheduled_live(now)
+                }),
+            );
+        } else {
+            self.release_key(id);
+        }
     }
 
     // ---- timers ---------------------------------------------------------------------------
@@ -894,6 +1710,33 @@ impl Model {
         let lease = self.lease_ms;
         let room =
             self.in_state[state_index(JobState::Ready)].saturating_sub(self.queue.len() as u64);
+        // A lease whose extension failed with an I/O error runs out at one of two deadlines:
+        // whether its id came out tells which (a running job is sent only by its expiry).
+        let sent_now: BTreeSet<u64> = drained
+            .iter()
+            .skip(self.queue.len())
+            .map(|id| id.0)
+            .collect();
+        for (&id, job) in self.jobs.iter_mut() {
+            let Some(l) = job.live.as_mut() else {
+                continue;
+            };
+            let Some(alt) = l.deadline_alt_ms else {
+                continue;
+            };
+            if l.state != JobState::Running {
+                l.deadline_alt_ms = None;
+                continue;
+            }
+            let (a, b) = (l.deadline_ms.min(alt), l.deadline_ms.max(alt));
+            if sent_now.contains(&id) {
+                l.deadline_ms = a; // expired: the earlier one had passed at least
+                l.deadline_alt_ms = None;
+            } else if a <= now {
+                l.deadline_ms = b; // not expired: the later one, if it is still ahead
+                l.deadline_alt_ms = None;
+            }
+        }
         let mut sent = Vec::new();
         let mut requeues = Vec::new();
         for (&id, job) in self.jobs.iter_mut() {
@@ -916,6 +1759,7 @@ impl Model {
                     l.state = JobState::Ready;
                     l.ready_at_ms = now;
                     l.deadline_ms = now + lease;
+                    l.deadline_alt_ms = None;
                     self.counters.redelivered += 1;
                     sent.push(id);
                 }
@@ -1003,16 +1847,19 @@ impl Model {
         }
         for job in self.jobs.values_mut() {
             job.live = None;
+            job.dead = None;
         }
         self.in_state = [0; 3];
+        self.dead_count = 0;
+        self.keys.clear();
         self.queue.clear();
     }
 
     /// Right after a successful open (the clock read `clock_ms` throughout): compares every job
     /// with what recovery rebuilt, then resolves every uncertainty to it and takes the
     /// engine's memory as the open leaves it (missed and interrupted jobs ready and queued in
-    /// due order, the rest scheduled). Returns the jobs found wrong, with why, and leaves the
-    /// model untouched if there are any.
+    /// due order, the rest scheduled, dead ones in the dead-letter set). Returns the jobs found
+    /// wrong, with why, and leaves the model untouched if there are any.
     pub fn opened(&mut self, engine: &Engine) -> Result<Vec<(u64, String)>, Violation> {
         self.id_skips += 1;
         let now = self.clock_ms;
@@ -1020,18 +1867,40 @@ impl Model {
         let mut resolved: Vec<(u64, Vec<Alt>)> = Vec::with_capacity(self.jobs.len());
         for (&id, job) in &self.jobs {
             let info = engine.get(JobId(id));
-            let fits: Vec<Alt> = job
+            let dead = engine.dead_letter(JobId(id));
+            let mut fits: Vec<Alt> = job
                 .may
                 .iter()
-                .copied()
-                .filter(|a| shows(a, info.as_ref(), now))
+                .filter(|a| shows(a, info.as_ref(), dead.as_ref(), now))
+                .map(|a| match (a, &info) {
+                    // A retry's range resolves to the due time recovery shows.
+                    (Alt::Present(l), Some(i)) => Alt::Present(Logged {
+                        due_ms: i.due_ms,
+                        due_hi_ms: i.due_ms,
+                        ..*l
+                    }),
+                    _ => *a,
+                })
                 .collect();
+            fits.dedup();
+            let key = |k: Option<&[u8]>| k != job.key.as_deref();
             if fits.is_empty() {
-                wrong.push((id, why_wrong(job, info.as_ref())));
+                wrong.push((id, why_wrong(job, info.as_ref(), dead.as_ref())));
             } else if let Some(info) = &info
                 && info.payload[..] != job.payload[..]
             {
                 wrong.push((id, "recovered with another payload".to_owned()));
+            } else if let Some(d) = &dead
+                && d.payload[..] != job.payload[..]
+            {
+                wrong.push((id, "dead with another payload".to_owned()));
+            } else if info.as_ref().is_some_and(|i| key(i.key.as_deref()))
+                || dead.as_ref().is_some_and(|d| key(d.key.as_deref()))
+            {
+                wrong.push((
+                    id,
+                    format!("recovered with another key (not {:?})", job.key),
+                ));
             } else {
                 resolved.push((id, fits));
             }
@@ -1056,8 +1925,11 @@ impl Model {
                 let Some(info) = engine.get(JobId(id)) else {
                     continue;
                 };
-                let matching =
-                    |s: &Spec| s.due_ms == info.due_ms && s.payload[..] == info.payload[..];
+                let matching = |s: &Spec| {
+                    s.due_ms == info.due_ms
+                        && s.payload[..] == info.payload[..]
+                        && s.key.as_deref() == info.key.as_deref()
+                };
                 let Some(at) = self.phantoms.iter().position(matching) else {
                     bail!(
                         "recovery shows job {id} (due {}, {} bytes) that no schedule call could \
@@ -1068,15 +1940,20 @@ impl Model {
                 };
                 let spec = self.phantoms.remove(at);
                 let alt = Self::fresh(spec.due_ms);
-                if info.attempt != 0 || !shows(&alt, Some(&info), now) {
+                if info.attempt != 0 || !shows(&alt, Some(&info), None, now) {
                     bail!("recovery shows never-acknowledged job {id} as {info:?}");
                 }
-                // Two failed specs alike but for the flag: the claim tells which.
-                let binary = (!self
-                    .phantoms
-                    .iter()
-                    .any(|s| matching(s) && s.binary != spec.binary))
-                .then_some(spec.binary);
+                // Two failed specs alike but for the flag or policy: the claim tells which
+                // flag; the policies must agree for the model to follow it.
+                let alike: Vec<&Spec> = self.phantoms.iter().filter(|s| matching(s)).collect();
+                let binary =
+                    (!alike.iter().any(|s| s.binary != spec.binary)).then_some(spec.binary);
+                if alike.iter().any(|s| s.policy != spec.policy) {
+                    bail!(
+                        "phantom job {id}: two failed specs alike but for their retry policy \
+                         (the drivers do not make such)"
+                    );
+                }
                 phantoms.push((id, spec, binary));
             }
         }
@@ -1125,16 +2002,34 @@ impl Model {
         for (kind, got) in [
             (Gone::Completed, s.completed),
             (Gone::Cancelled, s.cancelled),
-            (Gone::Failed, s.failed),
         ] {
             let (lo, hi) = ended(kind);
             if got < lo || got > hi {
                 bail!("recovery counts {got} jobs {kind:?}; the model says {lo} to {hi}");
             }
         }
+        // Burials: every `Bury` the log holds counts once (a requeued job may die again). One
+        // of a failed call holds exactly when recovery shows the job dead.
+        let mut buries = 0u64;
+        for (id, fits) in &resolved {
+            let job = self.jobs.get_mut(id).expect("listed");
+            if job.bury_unsure {
+                job.bury_unsure = false;
+                job.buries += u32::from(matches!(fits[0], Alt::Dead(_)));
+            }
+            buries += u64::from(job.buries);
+        }
+        if s.failed != buries {
+            bail!(
+                "recovery counts {} jobs failed (buried); the log holds {buries} burials",
+                s.failed
+            );
+        }
         // Resolved: the engine's memory is what the open made of the log.
         self.engine_now_ms = now;
         self.in_state = [0; 3];
+        self.dead_count = 0;
+        self.keys.clear();
         self.queue.clear();
         self.dirty.clear();
         self.issued_max = 0;
@@ -1149,8 +2044,13 @@ impl Model {
             let job = self.jobs.get_mut(&id).expect("listed");
             job.log = (fits.len() == 1).then(|| fits[0]);
             job.dirty = false;
+            job.dead = None;
             job.live = match fits[0] {
                 Alt::Gone(_) => None,
+                Alt::Dead(b) => {
+                    job.dead = Some(b);
+                    None
+                }
                 Alt::Present(l) => {
                     // Differing leases only match a job due by now: ready either way.
                     let ready = l.due_ms <= now || l.lease_open;
@@ -1166,8 +2066,11 @@ impl Model {
                         },
                         due_ms: l.due_ms,
                         attempt: l.attempt,
+                        failures: l.failures,
+                        last_error: l.last_error,
                         lease_open,
                         deadline_ms: now + lease,
+                        deadline_alt_ms: None,
                         ready_at_ms: now,
                     })
                 }
@@ -1178,6 +2081,12 @@ impl Model {
             job.may = fits;
             if let Some(l) = &job.live {
                 self.in_state[state_index(l.state)] += 1;
+            }
+            if job.live.is_some() || job.dead.is_some() {
+                self.dead_count += u64::from(job.dead.is_some());
+                if let Some(k) = &job.key {
+                    self.keys.insert(k.clone(), id);
+                }
             }
         }
         for (id, spec, binary) in phantoms {
@@ -1196,8 +2105,11 @@ impl Model {
                 ready_at_ms: now,
                 ..Self::scheduled_live(spec.due_ms)
             };
-            let mut job = Self::new_job(&spec, vec![alt], false, Some(live));
+            let mut job = self.new_job(&spec, vec![alt], false, Some(live));
             job.binary = binary;
+            if let Some(k) = &spec.key {
+                self.keys.insert(k.clone(), id);
+            }
             self.learn(id, job);
             self.id_floor = self.id_floor.max(id);
         }
@@ -1218,15 +2130,20 @@ impl Model {
             fired: missed.len() as u64,
             redelivered: interrupted,
             requeued: 0,
+            retried: 0,
+            dedup_lo: 0,
+            dedup_hi: 0,
         };
         self.check_counts(engine)?;
+        self.check_keys(engine)?;
+        self.check_dead(engine)?;
         Ok(Vec::new())
     }
 
     // ---- whole-state checks ---------------------------------------------------------------
 
-    /// The engine's counts (per state, finished, fired, the ready channel's depth) are the
-    /// model's.
+    /// The engine's counts (per state, finished, dead, retried, deduplicated, fired, the ready
+    /// channel's depth) are the model's.
     pub fn check_counts(&self, engine: &Engine) -> Result<(), Violation> {
         let s = engine.stats();
         let got = [s.scheduled, s.ready, s.running];
@@ -1237,15 +2154,29 @@ impl Model {
             );
         }
         let c = &self.counters;
-        let got = (s.completed, s.cancelled, s.failed);
-        let want = (c.completed, c.cancelled, c.failed);
+        let got = (s.completed, s.cancelled, s.failed, s.dead);
+        let want = (c.completed, c.cancelled, c.failed, self.dead_count);
         if got != want {
-            bail!("(completed, cancelled, failed): the engine counts {got:?}, the model {want:?}");
+            bail!(
+                "(completed, cancelled, failed, dead): the engine counts {got:?}, the model \
+                 {want:?}"
+            );
         }
-        let got = (s.fired, s.redelivered, s.requeued);
-        let want = (c.fired, c.redelivered, c.requeued);
+        let got = (s.fired, s.redelivered, s.requeued, s.retried);
+        let want = (c.fired, c.redelivered, c.requeued, c.retried);
         if got != want {
-            bail!("(fired, redelivered, requeued): the engine counts {got:?}, the model {want:?}");
+            bail!(
+                "(fired, redelivered, requeued, retried): the engine counts {got:?}, the model \
+                 {want:?}"
+            );
+        }
+        if s.deduplicated < c.dedup_lo || s.deduplicated > c.dedup_hi {
+            bail!(
+                "the engine counts {} deduplicated schedules; the model {} to {}",
+                s.deduplicated,
+                c.dedup_lo,
+                c.dedup_hi
+            );
         }
         if s.ready_queue_depth != self.queue.len() {
             bail!(
@@ -1257,19 +2188,79 @@ impl Model {
         Ok(())
     }
 
+    /// Every key any spec named is held by the job the model says (`id_by_key`).
+    pub fn check_keys(&self, engine: &Engine) -> Result<(), Violation> {
+        for k in &self.key_space {
+            let got = engine.id_by_key(k).map(|id| id.0);
+            let want = self.keys.get(k).copied();
+            if got != want {
+                bail!(
+                    "key {:?} is held by {got:?}; the model says {want:?}",
+                    String::from_utf8_lossy(k)
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The dead-letter set, paged through in id order, is the model's, job by job.
+    pub fn check_dead(&self, engine: &Engine) -> Result<(), Violation> {
+        let mut listed = Vec::new();
+        let mut q = Some(DeadQuery::default().limit(7));
+        while let Some(query) = q {
+            let page = engine
+                .dead_letters(&query)
+                .map_err(|e| Violation(format!("dead_letters: {e:?}")))?;
+            listed.extend(page.jobs);
+            q = page.next;
+        }
+        let want = self.dead_ids();
+        let got: Vec<u64> = listed.iter().map(|d| d.id.0).collect();
+        if got != want {
+            bail!("the dead-letter set lists {got:?}; the model has {want:?}");
+        }
+        for d in &listed {
+            let job = &self.jobs[&d.id.0];
+            let b = job.dead.expect("listed");
+            if !dead_is(&b, d)
+                || d.payload[..] != job.payload[..]
+                || d.key.as_deref() != job.key.as_deref()
+            {
+                bail!("dead job {}: the engine lists {d:?}, the model {b:?}", d.id);
+            }
+        }
+        Ok(())
+    }
+
     /// Every job the model knows is in the engine's memory exactly as modelled.
     pub fn check_live(&self, engine: &Engine) -> Result<(), Violation> {
         for (&id, job) in &self.jobs {
             let info = engine.get(JobId(id));
+            let le = error_text;
             match (&job.live, &info) {
                 (None, None) => {}
                 (Some(l), Some(i))
-                    if (l.state, l.due_ms, l.attempt) == (i.state, i.due_ms, i.attempt) => {}
+                    if (l.state, l.due_ms, l.attempt, l.failures)
+                        == (i.state, i.due_ms, i.attempt, i.failures)
+                        && le(l.last_error) == i.last_error.as_deref() => {}
                 (l, i) => bail!(
                     "job {id}: the engine has {:?}, the model {:?}",
-                    i.as_ref().map(|i| (i.state, i.due_ms, i.attempt)),
-                    l.as_ref().map(|l| (l.state, l.due_ms, l.attempt))
+                    i.as_ref()
+                        .map(|i| (i.state, i.due_ms, i.attempt, i.failures, &i.last_error)),
+                    l.as_ref().map(|l| (
+                        l.state,
+                        l.due_ms,
+                        l.attempt,
+                        l.failures,
+                        le(l.last_error)
+                    ))
                 ),
+            }
+            if let Some(b) = &job.dead {
+                match engine.dead_letter(JobId(id)) {
+                    Some(d) if dead_is(b, &d) => {}
+                    other => bail!("dead job {id}: the engine has {other:?}, the model {b:?}"),
+                }
             }
         }
         Ok(())
@@ -1285,7 +2276,7 @@ impl Model {
     }
 
     /// The ids of the jobs visible in the engine's memory.
-    pub fn live_ids(&self) -> std::collections::BTreeSet<u64> {
+    pub fn live_ids(&self) -> BTreeSet<u64> {
         self.jobs
             .iter()
             .filter(|(_, j)| j.live.is_some())
@@ -1293,50 +2284,66 @@ impl Model {
             .collect()
     }
 
-    /// Ids of jobs that may exist, then of finished ones, each in id order (the fuzz target's
-    /// picking order).
+    /// Ids of jobs that may exist (live or dead), then of finished ones, each in id order
+    /// (the fuzz target's picking order).
     pub fn pick_order(&self) -> Vec<u64> {
         let may_exist = self.jobs.iter().filter(|(_, j)| {
-            j.may.iter().any(|a| matches!(a, Alt::Present(_))) || j.live.is_some()
+            j.may
+                .iter()
+                .any(|a| matches!(a, Alt::Present(_) | Alt::Dead(_)))
+                || j.live.is_some()
+                || j.dead.is_some()
         });
         let ended = self
             .jobs
             .iter()
-            .filter(|(_, j)| j.ended() && j.live.is_none());
+            .filter(|(_, j)| j.ended() && j.live.is_none() && j.dead.is_none());
         may_exist.chain(ended).map(|(&id, _)| id).collect()
     }
 }
 
-/// Whether recovery showing `info` for a job is the state `alt` (the clock read `now_ms` at
-/// the open: a job due by then, or whose lease the log holds open, is ready).
-fn shows(alt: &Alt, info: Option<&JobInfo>, now_ms: u64) -> bool {
-    match (alt, info) {
-        (Alt::Gone(_), None) => true,
-        (Alt::Present(l), Some(i)) => {
-            let state = if l.due_ms <= now_ms || l.lease_open {
+/// Whether the engine's dead-letter entry `d` is the burial `b`.
+fn dead_is(b: &Buried, d: &DeadJob) -> bool {
+    (d.due_ms, d.attempt, d.failures, d.died_at_ms, d.expired)
+        == (b.due_ms, b.attempt, b.failures, b.died_at_ms, b.expired)
+        && &*d.reason == reason_text(b.reason)
+}
+
+/// Whether recovery showing `info` (live) and `dead` (in the dead-letter set) for a job is the
+/// state `alt` (the clock read `now_ms` at the open: a job due by then, or whose lease the log
+/// holds open, is ready).
+fn shows(alt: &Alt, info: Option<&JobInfo>, dead: Option<&DeadJob>, now_ms: u64) -> bool {
+    match (alt, info, dead) {
+        (Alt::Gone(_), None, None) => true,
+        (Alt::Present(l), Some(i), None) => {
+            let state = if i.due_ms <= now_ms || l.lease_open {
                 JobState::Ready
             } else {
                 JobState::Scheduled
             };
-            (l.due_ms, l.attempt, state) == (i.due_ms, i.attempt, i.state)
+            (l.due_ms..=l.due_hi_ms).contains(&i.due_ms)
+                && (l.attempt, l.failures, state) == (i.attempt, i.failures, i.state)
+                && error_text(l.last_error) == i.last_error.as_deref()
         }
+        (Alt::Dead(b), None, Some(d)) => dead_is(b, d),
         _ => false,
     }
 }
 
-fn why_wrong(job: &Job, info: Option<&JobInfo>) -> String {
+fn why_wrong(job: &Job, info: Option<&JobInfo>, dead: Option<&DeadJob>) -> String {
     let gone = job.may.iter().find_map(|a| match a {
         Alt::Gone(g) => Some(*g),
-        Alt::Present(_) => None,
+        _ => None,
     });
-    match (info, gone) {
-        (None, _) => format!("acknowledged job lost (the log may hold {:?})", job.may),
-        (Some(_), Some(g)) if job.may.iter().all(|a| matches!(a, Alt::Gone(_))) => {
+    match (info, dead, gone) {
+        (None, None, _) => format!("acknowledged job lost (the log may hold {:?})", job.may),
+        (_, _, Some(g)) if job.may.iter().all(|a| matches!(a, Alt::Gone(_))) => {
             format!("job came back after {g:?}")
         }
-        (Some(i), _) => format!(
-            "recovered {:?} due {} attempt {}, not one of {:?}",
-            i.state, i.due_ms, i.attempt, job.may
+        (Some(i), _, _) => format!(
+            "recovered {:?} due {} attempt {} failures {} error {:?}, not one of {:?}",
+            i.state, i.due_ms, i.attempt, i.failures, i.last_error, job.may
         ),
+        (None, Some(d), _) => format!("recovered dead as {d:?}, not one of {:?}", job.may),
     }
 }

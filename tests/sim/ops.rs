@@ -39,8 +39,25 @@ pub enum Op {
     Complete(usize),
     /// Complete up to this many held claims in one `complete_batch`.
     CompleteBatch(usize),
-    /// Fail the held claim at this index.
+    /// End the held claim at this index other than by completing it: the main stream draws
+    /// this, the lifecycle stream makes it one of the four below (see [`Lifecycle::op`]).
     Fail(usize),
+    /// `fail` (retryable) of the held claim at this index, with a `REASONS` index.
+    FailRetryable(usize, u8),
+    /// `fail_permanently` of the held claim at this index.
+    FailPermanently(usize, u8),
+    /// `retry_at` of the held claim at this index.
+    RetryAt(usize, u64),
+    /// `extend_lease` of the held claim at this index by this many ms (the claim stays held).
+    ExtendLease(usize, u64),
+    /// `requeue_dead` of these ids (mostly dead ones).
+    RequeueDead(Vec<u64>),
+    /// `purge_dead` of these ids.
+    PurgeDead(Vec<u64>),
+    /// `purge_dead_where(None)`: every dead job.
+    PurgeAllDead,
+    /// `cancel_by_key`.
+    CancelByKey(Vec<u8>),
     /// Set the clock to this reading (forwards by 0 ms to days, or a little backwards).
     ClockSet(u64),
     /// Sync EIO from now on, as this policy says.
@@ -102,11 +119,7 @@ fn spec(rng: &mut SimRng, now_ms: u64) -> Spec {
 }
 
 fn spec_at(rng: &mut SimRng, due_ms: u64) -> Spec {
-    Spec {
-        due_ms,
-        payload: payload(rng),
-        binary: rng.chance(0.3),
-    }
+    Spec::plain(due_ms, payload(rng), rng.chance(0.3))
 }
 
 /// A sync failure policy, mostly one that strikes within the next few syncs.
@@ -228,5 +241,147 @@ fn clock_step(rng: &mut SimRng, now_ms: u64, lease_ms: u64) -> u64 {
         4 => now_ms + rng.between(3_600_000, DAY_MS),
         5 => now_ms + rng.between(DAY_MS, 30 * DAY_MS),
         _ => now_ms.saturating_sub(rng.between(1, 5_000)),
+    }
+}
+
+// ---- the lifecycle stream ------------------------------------------------------------------
+//
+// Retries, dead letters and keys are drawn from a second stream of the seed (`Lifecycle`): it
+// decorates what the main stream drew and adds operations of its own between its steps, so
+// the main stream draws as it did before they existed (a run still diverges from its old one
+// once the engine holds something else: a claim draws per id of its backlog).
+
+/// What the lifecycle stream sees besides [`View`].
+pub struct LifeView<'a> {
+    pub now_ms: u64,
+    pub lease_ms: u64,
+    /// The dead-letter set, in id order.
+    pub dead: &'a [u64],
+    pub held: usize,
+}
+
+/// The per-seed lifecycle settings and its stream.
+pub struct Lifecycle {
+    pub rng: SimRng,
+    /// `Config::retry` of the seed.
+    pub retry: timewheel::RetryPolicy,
+    pub retry_seed: u64,
+    /// Keys are `k0`..`k{keys-1}`.
+    pub keys: u64,
+    /// The chance that a spec has a key, and that it has a policy of its own.
+    pub key_chance: f64,
+    pub policy_chance: f64,
+}
+
+/// A short backoff: waits of a few ms to a second, so retries fire within the run.
+fn backoff(rng: &mut SimRng) -> timewheel::Backoff {
+    let base = rng.below(60) as u32;
+    let cap = (base + rng.below(1_000) as u32).max(1);
+    timewheel::Backoff::new(base, cap)
+}
+
+impl Lifecycle {
+    pub fn new(seed: u64) -> Lifecycle {
+        let mut rng = SimRng::new(seed ^ 0x6c69_6665_6379_636c);
+        let retry = timewheel::RetryPolicy {
+            max_attempts: rng.between(1, 5) as u32,
+            backoff: backoff(&mut rng),
+        };
+        Lifecycle {
+            retry,
+            retry_seed: rng.next_u64(),
+            keys: rng.between(2, 8),
+            key_chance: *rng.pick(&[0.0, 0.2, 0.5]).expect("chances"),
+            policy_chance: *rng.pick(&[0.0, 0.3, 0.7]).expect("chances"),
+            rng,
+        }
+    }
+
+    fn key(&mut self) -> Vec<u8> {
+        format!("k{}", self.rng.below(self.keys)).into_bytes()
+    }
+
+    fn decorate(&mut self, spec: &mut Spec) {
+        if self.rng.chance(self.key_chance) {
+            spec.key = Some(self.key());
+        }
+        if self.rng.chance(self.policy_chance) {
+            let (m, b) = (self.rng.between(1, 4) as u32, backoff(&mut self.rng));
+            spec.policy = Some((m, b));
+            // The payload names the policy, so that a job recovered from a failed schedule
+            // call (whose policy `get` does not show) is told apart from its look-alikes.
+            spec.payload.push(m as u8);
+            spec.payload.extend(b.base_ms.to_le_bytes());
+            spec.payload.extend(b.cap_ms.to_le_bytes());
+        }
+    }
+
+    /// Gives keys and policies to the specs the main stream drew, and makes a drawn `Fail` one
+    /// of the ways to end an attempt.
+    pub fn op(&mut self, op: Op, v: &LifeView<'_>) -> Op {
+        match op {
+            Op::Schedule(mut s) => {
+                self.decorate(&mut s);
+                Op::Schedule(s)
+            }
+            Op::ScheduleBatch(mut specs) => {
+                for s in &mut specs {
+                    self.decorate(s);
+                }
+                Op::ScheduleBatch(specs)
+            }
+            Op::Fail(i) => {
+                let reason = self.rng.below(crate::model::REASONS.len() as u64) as u8;
+                match weighted(&mut self.rng, &[10, 3, 4, 3]) {
+                    0 => Op::FailRetryable(i, reason),
+                    1 => Op::FailPermanently(i, reason),
+                    2 => {
+                        let due = match self.rng.below(3) {
+                            0 => v.now_ms,
+                            1 => v.now_ms + self.rng.between(1, 2_000),
+                            _ => due_ms(&mut self.rng, v.now_ms),
+                        };
+                        Op::RetryAt(i, due)
+                    }
+                    _ => Op::ExtendLease(i, self.rng.between(1, v.lease_ms * 4)),
+                }
+            }
+            op => op,
+        }
+    }
+
+    /// An operation of its own before the main stream's next one, sometimes.
+    pub fn extra(&mut self, v: &LifeView<'_>) -> Option<Op> {
+        if !self.rng.chance(0.15) {
+            return None;
+        }
+        let some_dead = |rng: &mut SimRng| -> Vec<u64> {
+            let n = rng.between(1, 3);
+            (0..n)
+                .map(|_| match rng.pick(v.dead) {
+                    Some(&id) if rng.chance(0.9) => id,
+                    _ => rng.between(1, 1 << 30), // never dead (most likely never existed)
+                })
+                .collect()
+        };
+        let weights = [
+            if v.dead.is_empty() { 0 } else { 5 },
+            if v.dead.is_empty() { 0 } else { 3 },
+            if v.dead.is_empty() { 0 } else { 1 },
+            if self.key_chance > 0.0 { 4 } else { 0 },
+            if v.held > 0 { 4 } else { 0 },
+            1,
+        ];
+        Some(match weighted(&mut self.rng, &weights) {
+            0 => Op::RequeueDead(some_dead(&mut self.rng)),
+            1 => Op::PurgeDead(some_dead(&mut self.rng)),
+            2 => Op::PurgeAllDead,
+            3 => Op::CancelByKey(self.key()),
+            4 => {
+                let i = self.rng.below(v.held as u64) as usize;
+                self.op(Op::Fail(i), v)
+            }
+            _ => Op::RequeueDead(vec![self.rng.between(1, 1 << 30)]),
+        })
     }
 }

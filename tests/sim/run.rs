@@ -8,7 +8,7 @@ use timewheel_wal::testing::{CrashOptions, FaultDisk, SimRng, SyncFailure};
 
 use super::ops::{self, Op, Spec, T0_MS};
 use super::trace::Trace;
-use crate::model::{Fault, Gone, Model, Violation, fault};
+use crate::model::{Ending, Fault, Gone, Model, REASONS, Violation, fault};
 use crate::violation;
 
 /// How a seed ended, when it passed.
@@ -29,6 +29,7 @@ pub struct Report {
     pub crashes: u64,
     pub failed_opens: u64,
     pub jobs: u64,
+    pub tally: crate::model::Tally,
 }
 
 /// Everything about one run that is fixed by its seed.
@@ -53,6 +54,8 @@ struct Live {
 
 struct Sim {
     rng: SimRng,
+    /// The lifecycle stream and settings (retries, dead letters, keys): see `ops::Lifecycle`.
+    life: ops::Lifecycle,
     disk: FaultDisk,
     clock: ManualClock,
     setup: Setup,
@@ -82,14 +85,17 @@ pub fn run_seed(seed: u64, verbose: bool) -> Result<Report, Violation> {
     };
     let disk = FaultDisk::new(rng.next_u64());
     let lease_ms = setup.lease_ms;
+    let life = ops::Lifecycle::new(seed);
+    let retry = life.retry;
     let mut sim = Sim {
         rng,
+        life,
         disk,
         clock: ManualClock::new(T0_MS),
         setup,
         // The id block comes from the seed, not the stream, so that every seed's operations
         // stay as they were.
-        model: Model::new(T0_MS, lease_ms, 1 + seed % 64),
+        model: Model::new(T0_MS, lease_ms, 1 + seed % 64).with_retry(retry),
         trace: Trace::new(verbose),
         corruption_pending: false,
         media_faults_pending: 0,
@@ -99,12 +105,17 @@ pub fn run_seed(seed: u64, verbose: bool) -> Result<Report, Violation> {
     };
     sim.trace.line(|| {
         format!(
-            "seed {seed}: {} ops, lease {} ms, segments {} bytes, fires_per_advance_max {}, corruption {}",
+            "seed {seed}: {} ops, lease {} ms, segments {} bytes, fires_per_advance_max {}, corruption {}; \
+             retry {:?}, {} keys (chance {}), own policies {}",
             sim.setup.ops,
             sim.setup.lease_ms,
             sim.setup.segment_bytes,
             sim.setup.fires_per_advance_max,
-            sim.setup.corruption_chance
+            sim.setup.corruption_chance,
+            sim.life.retry,
+            sim.life.keys,
+            sim.life.key_chance,
+            sim.life.policy_chance
         )
     });
     let end = sim.run()?;
@@ -115,6 +126,7 @@ pub fn run_seed(seed: u64, verbose: bool) -> Result<Report, Violation> {
         crashes: sim.crashes,
         failed_opens: sim.failed_opens,
         jobs: sim.model.jobs.len() as u64,
+        tally: sim.model.tally,
     })
 }
 
@@ -140,9 +152,10 @@ impl Sim {
         c.segment_bytes = self.setup.segment_bytes;
         c.payload_bytes_max = ops::PAYLOAD_BYTES_MAX;
         c.fail_reason_bytes_max = 256;
-        // This oracle knows no retries: a failure buries the job at once (`fail_permanently`), and a
-        // lease that runs out never makes a job dead (docs/lifecycle.md, "Not yet").
-        c.retry.max_attempts = c.max_attempts_max;
+        // A small policy per seed (1-5 attempts, waits of ms to a second): jobs retry and die
+        // within a run, also by leases that run out.
+        c.retry = self.life.retry;
+        c.retry_seed = self.life.retry_seed;
         c.lease_ms = self.setup.lease_ms;
         c.fires_per_advance_max = self.setup.fires_per_advance_max;
         c.id_block = self.model.id_block;
@@ -168,6 +181,22 @@ impl Sim {
             Err(end) => return Ok(end),
         };
         for step in 0..self.setup.ops {
+            let dead = self.model.dead_ids();
+            let life_view = ops::LifeView {
+                now_ms: self.clock.now_ms(),
+                lease_ms: self.setup.lease_ms,
+                dead: &dead,
+                held: live.held.len(),
+            };
+            if let Some(op) = self.life.extra(&life_view) {
+                self.trace.line(|| format!("{step}: {op:?}"));
+                live = match self.apply(live, op)? {
+                    Ok(live) => live,
+                    Err(end) => return Ok(end),
+                };
+                self.model.check_counts(&live.engine)?;
+                self.model.check_keys(&live.engine)?;
+            }
             let op = {
                 let view = ops::View {
                     now_ms: self.clock.now_ms(),
@@ -178,7 +207,15 @@ impl Sim {
                     held: live.held.len(),
                     corruption_chance: self.setup.corruption_chance,
                 };
-                ops::next(&mut self.rng, &view)
+                let op = ops::next(&mut self.rng, &view);
+                let dead = self.model.dead_ids();
+                let life_view = ops::LifeView {
+                    now_ms: self.clock.now_ms(),
+                    lease_ms: self.setup.lease_ms,
+                    dead: &dead,
+                    held: live.held.len(),
+                };
+                self.life.op(op, &life_view)
             };
             self.trace.line(|| format!("{step}: {op:?}"));
             // A clock step or a failpoint armed calls nothing of the engine's: its counts
@@ -195,6 +232,7 @@ impl Sim {
             // every step that called the engine.
             if calls_engine {
                 self.model.check_counts(&live.engine)?;
+                self.model.check_keys(&live.engine)?;
             }
         }
         self.finish(live)
@@ -301,22 +339,100 @@ impl Sim {
                     live.held.extend(claimed);
                 }
             }
-            Op::Complete(i) | Op::Fail(i) if !live.held.is_empty() => {
+            Op::Complete(i) if !live.held.is_empty() => {
                 let c = live.held.remove(i % live.held.len());
-                let (how, r) = if matches!(op, Op::Complete(_)) {
-                    (Gone::Completed, live.engine.complete(&c))
-                } else {
-                    (
-                        Gone::Failed,
-                        live.engine.fail_permanently(&c, "simulated failure"),
-                    )
-                };
-                let r = self.sort(&live, "finish", r)?;
+                let r = live.engine.complete(&c);
+                let r = self.sort(&live, "complete", r)?;
                 if let Ok(b) = r {
                     self.trace.event(&[70, u64::from(b)]);
                 }
                 self.model
-                    .finish(&[c], how, r.map(|b| vec![b]), &live.engine)?;
+                    .finish(&[c], Gone::Completed, r.map(|b| vec![b]), &live.engine)?;
+            }
+            Op::FailRetryable(i, reason) | Op::FailPermanently(i, reason)
+                if !live.held.is_empty() =>
+            {
+                let c = live.held.remove(i % live.held.len());
+                let retryable = matches!(op, Op::FailRetryable(..));
+                let text = REASONS[usize::from(reason)];
+                let r = if retryable {
+                    live.engine.fail(&c, text)
+                } else {
+                    live.engine.fail_permanently(&c, text)
+                };
+                let r = self.sort(&live, "fail", r)?;
+                if let Ok(b) = r {
+                    self.trace.event(&[72, u64::from(b), u64::from(retryable)]);
+                }
+                let ending = Ending::Fail { retryable, reason };
+                self.model.ended_attempt(&c, ending, r, &live.engine)?;
+                if let Some(i) = live.engine.get(c.id) {
+                    self.trace.event(&[73, i.due_ms, u64::from(i.failures)]);
+                    self.trace.line(|| {
+                        format!("   job {} due {} failures {}", c.id, i.due_ms, i.failures)
+                    });
+                }
+            }
+            Op::RetryAt(i, due_ms) if !live.held.is_empty() => {
+                let c = live.held.remove(i % live.held.len());
+                let r = live.engine.retry_at(&c, due_ms);
+                let r = self.sort(&live, "retry_at", r)?;
+                if let Ok(b) = r {
+                    self.trace.event(&[74, u64::from(b)]);
+                }
+                self.model
+                    .ended_attempt(&c, Ending::RetryAt(due_ms), r, &live.engine)?;
+            }
+            Op::ExtendLease(i, lease_ms) if !live.held.is_empty() => {
+                let c = live.held[i % live.held.len()].clone();
+                let r = live
+                    .engine
+                    .extend_lease(&c, std::time::Duration::from_millis(lease_ms));
+                let r = self.sort(&live, "extend_lease", r)?;
+                if let Ok(u) = r {
+                    self.trace.event(&[75, u.unwrap_or(0)]);
+                }
+                self.model.extended(&c, lease_ms, r)?;
+            }
+            Op::RequeueDead(ref ids) | Op::PurgeDead(ref ids) => {
+                let requeue = matches!(op, Op::RequeueDead(_));
+                let ids: Vec<JobId> = ids.iter().copied().map(JobId).collect();
+                let r = if requeue {
+                    live.engine.requeue_dead(&ids)
+                } else {
+                    live.engine.purge_dead(&ids)
+                };
+                let r = self.sort(&live, "dead letters", r)?;
+                if let Ok(done) = &r {
+                    self.trace
+                        .event(&[76, done.iter().filter(|d| **d).count() as u64]);
+                }
+                self.model.dead_changed(&ids, requeue, r, &live.engine)?;
+                self.model.check_dead(&live.engine)?;
+            }
+            Op::PurgeAllDead => {
+                let r = live.engine.purge_dead_where(None);
+                let r = self.sort(&live, "purge_dead_where", r)?;
+                if let Ok(n) = r {
+                    self.trace.event(&[77, n]);
+                }
+                self.model.purged_all(r, &live.engine)?;
+                self.model.check_dead(&live.engine)?;
+            }
+            Op::CancelByKey(key) => {
+                let held = live.engine.id_by_key(&key).is_some();
+                let r = live.engine.cancel_by_key(&key);
+                // A key no job holds is `NotFound` without a look at anything else, also on a
+                // poisoned engine (a read of memory, like `get`).
+                let r = if held {
+                    self.sort(&live, "cancel_by_key", r)?
+                } else {
+                    r.map_err(|e| fault(&e))
+                };
+                if let Ok(o) = r {
+                    self.trace.event(&[78, u64::from(o.is_done())]);
+                }
+                self.model.cancel_by_key(&key, r, &live.engine)?;
             }
             Op::CompleteBatch(n) if !live.held.is_empty() => {
                 let n = n.min(live.held.len());
@@ -332,7 +448,13 @@ impl Sim {
                 self.model
                     .finish(&batch, Gone::Completed, r, &live.engine)?;
             }
-            Op::Complete(_) | Op::Fail(_) | Op::CompleteBatch(_) => {}
+            Op::Complete(_)
+            | Op::FailRetryable(..)
+            | Op::FailPermanently(..)
+            | Op::RetryAt(..)
+            | Op::ExtendLease(..)
+            | Op::CompleteBatch(_) => {}
+            Op::Fail(_) => unreachable!("the lifecycle stream says how an attempt ends"),
             Op::ClockSet(ms) => {
                 self.clock.set(ms);
                 self.model.set_clock(ms);
@@ -637,7 +759,19 @@ impl Sim {
         }
         self.model.run_timers(&again)?;
         self.model.check_counts(&live.engine)?;
-        self.trace.event(&[99, claims.len() as u64]);
+        self.model.check_dead(&live.engine)?;
+        // Every dead job purged: then no key is held any more.
+        let purged = live
+            .engine
+            .purge_dead_where(None)
+            .map_err(|e| Violation(format!("final purge: {e:?}")))?;
+        self.model.purged_all(Ok(purged), &live.engine)?;
+        self.model.check_counts(&live.engine)?;
+        self.model.check_keys(&live.engine)?;
+        if !self.model.keys.is_empty() {
+            return violation!("keys held after every job ended: {:?}", self.model.keys);
+        }
+        self.trace.event(&[99, claims.len() as u64, purged]);
         live.engine
             .close()
             .map_err(|e| Violation(format!("final close: {e:?}")))?;
