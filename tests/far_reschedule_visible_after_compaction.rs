@@ -1,13 +1,14 @@
 //! A job rescheduled into an hour beyond the resident horizon stays visible to `get`,
 //! `cancel` and `reschedule` after compaction passes evict it to its new bucket.
 //!
-//! KNOWN ENGINE BUG (found by the `engine_ops` fuzz target on 2026-12-02, not fixed here):
-//! after the passes below, `get` shows `None` and `reschedule` answers `NotFound` for the
-//! acknowledged job, until a reopen finds it again (it then fires on time). The second pass
-//! drops the job's home bucket (the past hour its id names) and `StoreStats::moved_jobs` is 0:
-//! the live locator no longer finds the job's copy in the far bucket it was moved to. A
-//! caller told `NotFound` by a `cancel` would see the job fire later. Run with
-//! `cargo test --test far_reschedule_visible_after_compaction -- --ignored`.
+//! A regression (found by the `engine_ops` fuzz target): the first pass folded the journal up to
+//! the second reschedule, put the job's copy into the far bucket, and memory let the job go
+//! because it looked the same (due T0 + 15 d): but two later reschedules (back to T0, then to
+//! T0 + 15 d again) were not folded yet. The next pass moved the copy into the near bucket,
+//! which is resident and never loaded again: `get` showed `None` and `reschedule` (and so
+//! `cancel`) answered `NotFound` for an acknowledged job until a reopen, and a caller told
+//! `NotFound` by a cancel would have seen the job fire. Memory now lets a job go only when no
+//! record after the pass's fold point changed it (`Job::lsn`).
 
 mod common;
 
@@ -30,7 +31,6 @@ fn config() -> Config {
 }
 
 #[test]
-#[ignore = "known engine bug: a moved far job is lost to the live locator after a pass"]
 fn a_job_moved_beyond_the_horizon_is_found_after_compaction() {
     let disk = FaultDisk::new(1);
     let clock = ManualClock::new(T0);

@@ -97,6 +97,7 @@ impl Shared {
                 far,
                 far_deleted,
             }) => {
+                let folded_to = manifest.covered_lsn;
                 store.manifest = manifest;
                 // Jobs beyond the horizon that the buckets now hold as memory does: memory
                 // lets them go (in bounded chunks, so the timer gets the lock in between).
@@ -110,7 +111,7 @@ impl Shared {
                 }
                 let mut evicted = 0;
                 for chunk in far.chunks(JOBS_PER_LOCK_HOLD) {
-                    evicted += self.lock_state().after_pass(chunk);
+                    evicted += self.lock_state().after_pass(chunk, folded_to);
                     // Let the timer and the calls at the lock between chunks: a pass may evict
                     // a million jobs (measured: chunks of 256 back to back put 7-38 ms tails
                     // into fire lateness).

@@ -527,6 +527,11 @@ impl Engine {
                 state
                     .apply(&event, Mode::Live)
                     .expect("a new id is not in the table");
+                if let Some(id) = event.id() {
+                    // At least this new: the batch's last LSN (a pass folding below it has
+                    // not seen the schedule).
+                    state.changed_at(id, pending.lsn);
+                }
             }
             if earliest < state.sleeping_until_ms {
                 sh.wake.notify_all();
@@ -1215,10 +1220,15 @@ impl Shared {
             Ok(lsn) => lsn,
             Err(e) => return (Err(e.into()), state),
         };
-        for (record_type, body) in plan.records() {
+        // The batch's records have consecutive LSNs, the last one `lsn`.
+        let first_lsn = lsn + 1 - plan.records().count() as u64;
+        for (i, (record_type, body)) in plan.records().enumerate() {
             let event = Event::decode(record_type, body).expect("encoded by the plan");
             if let Err(why) = state.apply(&event, Mode::Live) {
                 panic!("live precondition held but the log's rule refused {event:?}: {why}");
+            }
+            if let Some(id) = event.id() {
+                state.changed_at(id, first_lsn + i as u64);
             }
         }
         (Ok(lsn), state)

@@ -159,8 +159,14 @@ pub(super) fn replay<S: Storage>(
             Event::Schedule(s) => admit_schedule(&mut ids, s),
             _ => Ok(()),
         };
+        let lsn = record.lsn;
         admitted
             .and_then(|()| state.apply(&event, Mode::Replay))
+            .map(|()| {
+                if let Some(id) = event.id() {
+                    state.changed_at(id, lsn);
+                }
+            })
             .map_err(|why| {
                 let job = event
                     .id()

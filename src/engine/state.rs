@@ -610,10 +610,16 @@ impl State {
     /// or `get` reads it back from there, and the bucket's load puts it back on the wheel.
     /// Returns whether it was dropped (a job that changed since, is being changed, or is not
     /// waiting on the due wheel stays).
-    pub fn evict(&mut self, far: &FarJob) -> bool {
+    pub fn evict(&mut self, far: &FarJob, folded_to: u64) -> bool {
         let Some(job) = self.jobs.get(&far.id) else {
             return false;
         };
+        // Changed by a record the pass did not fold: the bucket's copy is older than memory,
+        // even where the two look alike (moved away and back again), and the next pass moves
+        // that copy on.
+        if job.lsn > folded_to {
+            return false;
+        }
         if job.state != JobState::Scheduled
             || job.busy
             || job.lease_open
@@ -638,11 +644,11 @@ impl State {
     /// others it holds as having a far copy, and remembers the ones it no longer holds (they
     /// finished since the records the pass read), so that a load of their bucket skips them.
     /// Returns how many it let go.
-    pub fn after_pass(&mut self, jobs: &[FarJob]) -> u64 {
+    pub fn after_pass(&mut self, jobs: &[FarJob], folded_to: u64) -> u64 {
         let mut evicted = 0;
         for far in jobs {
             let id = far.id;
-            if self.evict(far) {
+            if self.evict(far, folded_to) {
                 evicted += 1;
             } else if let Some(job) = self.jobs.get_mut(&id) {
                 job.far_copy = true;
@@ -707,6 +713,13 @@ impl State {
             }
         }
         true
+    }
+
+    /// Notes that the record at `lsn` changed job `id` (see `Job::lsn`).
+    pub fn changed_at(&mut self, id: JobId, lsn: u64) {
+        if let Some(job) = self.jobs.get_mut(&id) {
+            job.lsn = lsn;
+        }
     }
 
     /// Drops what a finished job kept beside the table, its key included.
@@ -777,6 +790,7 @@ impl State {
                 payload,
                 timer,
                 at_ms: 0,
+                lsn: 0,
             },
         );
         self.count(None, Some(JobState::Scheduled));

@@ -34,6 +34,10 @@ pub(crate) struct Job {
     pub timer: Option<TimerKey>,
     /// `Ready`: when it entered the ready queue. `Running`: when its lease runs out.
     pub at_ms: u64,
+    /// The LSN of the newest record applied to it (0: as a bucket file holds it). A pass
+    /// that folded the journal only up to an LSN below this has not seen its newest state, so
+    /// memory may not let it go (`State::evict`).
+    pub lsn: u64,
 }
 
 /// What few jobs have: a tenant, a retry policy of their own, a failure's reason. Kept beside
