@@ -502,6 +502,11 @@ pub fn decode_run(bytes: &[u8]) -> Result<(RunHeader, Vec<Entry>), RunError> {
                     || set & !(PATCH_DUE | PATCH_LEASE) != 0
                     || body[21] > 1
                     || u16_at(body, 22) != 0
+                    // Fields the patch does not set are written as zero and must read so
+                    // (found by the store_decode fuzz target: decode then encode must give
+                    // the bytes back).
+                    || (set & PATCH_DUE == 0 && u64_at(body, 8) != 0)
+                    || (set & PATCH_LEASE == 0 && (u32_at(body, 16) != 0 || body[21] != 0))
                 {
                     return Err(err("bad patch record"));
                 }
@@ -849,6 +854,27 @@ mod tests {
             b[i] ^= 0x40;
             assert!(decode_run(&b).is_err(), "flip at {i} went unnoticed");
         }
+    }
+
+    #[test]
+    fn a_patch_field_it_does_not_set_must_be_zero() {
+        let patch = |due_ms, lease| {
+            Entry::Patch(Patch {
+                id: JobId(3),
+                due_ms,
+                lease,
+                fate: None,
+            })
+        };
+        let bytes = encode_run(1, 1, 1, &[patch(Some(9), None)]);
+        assert!(decode_run(&bytes).is_ok());
+        // The attempt word of a due-only patch, set by hand (with its CRC mended).
+        let mut b = bytes.clone();
+        let at = RUN_HEADER_BYTES;
+        b[at + RECORD_HEADER_BYTES + 16] = 59;
+        let crc = crc32fast::hash(&b[at + 8..at + RECORD_HEADER_BYTES + PATCH_BYTES]);
+        b[at + 4..at + 8].copy_from_slice(&crc.to_le_bytes());
+        assert!(decode_run(&b).is_err(), "an attempt the patch does not set");
     }
 
     #[test]
