@@ -6,7 +6,7 @@ use timewheel_wal::Lsn;
 
 use super::worker::{LOCK_HOLD_ITEMS_MAX, Plan};
 use super::{Engine, Shared};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::job::{DeadJob, DeadPage, DeadQuery, JobId};
 use crate::record::Event;
 
@@ -45,15 +45,7 @@ impl Engine {
     /// ```
     pub fn dead_letters(&self, query: &DeadQuery) -> Result<DeadPage> {
         let sh = &*self.shared;
-        if query.limit == 0 || query.limit > sh.config.page_jobs_max {
-            return Err(Error::invalid(
-                "limit",
-                format!(
-                    "{} jobs a page; 1 to Config::page_jobs_max ({})",
-                    query.limit, sh.config.page_jobs_max
-                ),
-            ));
-        }
+        sh.check_page(query.limit)?;
         let state = sh.lock_state();
         let from = query
             .after

@@ -608,15 +608,7 @@ impl Engine {
     /// a big engine.
     pub fn jobs(&self, query: &crate::JobQuery) -> Result<crate::JobPage> {
         let sh = &*self.shared;
-        if query.limit == 0 || query.limit > sh.config.page_jobs_max {
-            return Err(Error::invalid(
-                "limit",
-                format!(
-                    "{} jobs a page; 1 to Config::page_jobs_max ({})",
-                    query.limit, sh.config.page_jobs_max
-                ),
-            ));
-        }
+        sh.check_page(query.limit)?;
         if query.due_from_ms > query.due_to_ms {
             return Err(Error::invalid("due", "due_from_ms after due_to_ms"));
         }
@@ -944,6 +936,20 @@ impl Shared {
 
     fn lock_state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
+    }
+
+    /// A page size within `Config::page_jobs_max`.
+    pub(crate) fn check_page(&self, limit: usize) -> Result<()> {
+        if limit == 0 || limit > self.config.page_jobs_max {
+            return Err(Error::invalid(
+                "limit",
+                format!(
+                    "{limit} jobs a page; 1 to Config::page_jobs_max ({})",
+                    self.config.page_jobs_max
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn check_open(&self) -> Result<()> {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::Engine;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::job::{JobId, JobState, Outcome, PAUSED_DUE_MS, Recurring};
 
 /// A recurring job, as [`Engine::schedules`] lists it.
@@ -34,12 +34,7 @@ impl Engine {
     /// disk only, is listed once a call or its bucket's load reads it back.)
     pub fn schedules(&self, after: Option<JobId>, limit: usize) -> Result<Vec<ScheduleInfo>> {
         let sh = &*self.shared;
-        if limit == 0 || limit > sh.config.page_jobs_max {
-            return Err(Error::invalid(
-                "limit",
-                format!("1 to Config::page_jobs_max ({})", sh.config.page_jobs_max),
-            ));
-        }
+        sh.check_page(limit)?;
         let state = sh.lock_state();
         let mut ids: Vec<JobId> = state
             .extra

@@ -388,13 +388,7 @@ fn parse_object(obj: &Fields) -> Result<Request, String> {
             Ok(Request::Extend(id, lease_ms, attempt_field(obj)?))
         }
         "dlq_list" => {
-            let after = match obj.get("after") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(s)) => {
-                    Some(parse_id(s).ok_or_else(|| format!("field after: {s:?} is not a job id"))?)
-                }
-                Some(_) => return Err("field after: must be a string id".into()),
-            };
+            let after = after_field(obj)?;
             let q = crate::job::DeadQuery {
                 tenant: opt_u32(obj, "tenant")?,
                 after,
@@ -405,13 +399,7 @@ fn parse_object(obj: &Fields) -> Result<Request, String> {
         }
         "dlq_requeue" => Ok(Request::DlqRequeue(ids_field(obj)?)),
         "schedules_list" => {
-            let after = match obj.get("after") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(s)) => {
-                    Some(parse_id(s).ok_or_else(|| format!("field after: {s:?} is not a job id"))?)
-                }
-                Some(_) => return Err("field after: must be a string id".into()),
-            };
+            let after = after_field(obj)?;
             let limit =
                 opt_u64(obj, "limit")?.map_or(1_000, |l| usize::try_from(l).unwrap_or(usize::MAX));
             Ok(Request::SchedulesList(after, limit))
@@ -585,6 +573,17 @@ fn opt_u64(obj: &Fields, field: &str) -> Result<Option<u64>, String> {
             .map(Some)
             .ok_or_else(|| format!("field {field}: {n} is not a whole number of ms in 0..=2^64-1")),
         Some(_) => Err(format!("field {field}: must be a number")),
+    }
+}
+
+/// The optional `after` of a listing: where the previous page ended, a string id.
+fn after_field(obj: &Fields) -> Result<Option<JobId>, String> {
+    match obj.get("after") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => parse_id(s)
+            .map(Some)
+            .ok_or_else(|| format!("field after: {s:?} is not a job id")),
+        Some(_) => Err("field after: must be a string id".into()),
     }
 }
 
