@@ -476,24 +476,7 @@ pub fn decode_run(bytes: &[u8]) -> Result<(RunHeader, Vec<Entry>), RunError> {
                 if body[40] > 1 || body[41..44] != [0, 0, 0] {
                     return Err(err("put record has bad lease or reserved bytes"));
                 }
-                Entry::Put(StoredJob {
-                    id: JobId(u64_at(body, 0)),
-                    due_ms: u64_at(body, 8),
-                    created_ms: u64_at(body, 16),
-                    tenant: u32_at(body, 24),
-                    shard: u16_at(body, 28),
-                    flags: u16_at(body, 30),
-                    max_attempts: u32_at(body, 32),
-                    attempt: u32_at(body, 36),
-                    leased: body[40] == 1,
-                    failures: 0,
-                    dead: None,
-                    backoff: None,
-                    last_error: None,
-                    key: None,
-                    recurring: None,
-                    payload: body[PUT_FIXED_BYTES..].to_vec(),
-                })
+                Entry::Put(put_base(body, body[PUT_FIXED_BYTES..].to_vec()))
             }
             KIND_PATCH => {
                 let set = body.get(20).copied().unwrap_or(0);
@@ -532,6 +515,29 @@ pub fn decode_run(bytes: &[u8]) -> Result<(RunHeader, Vec<Entry>), RunError> {
     Ok((header, entries))
 }
 
+/// The fields a `Put` and a `Put2` share (their first 48 bytes), with nothing of the
+/// lifecycle, and `payload`. The caller has checked the length and the lease byte.
+fn put_base(body: &[u8], payload: Vec<u8>) -> StoredJob {
+    StoredJob {
+        id: JobId(u64_at(body, 0)),
+        due_ms: u64_at(body, 8),
+        created_ms: u64_at(body, 16),
+        tenant: u32_at(body, 24),
+        shard: u16_at(body, 28),
+        flags: u16_at(body, 30),
+        max_attempts: u32_at(body, 32),
+        attempt: u32_at(body, 36),
+        leased: body[40] == 1,
+        failures: 0,
+        dead: None,
+        backoff: None,
+        last_error: None,
+        key: None,
+        recurring: None,
+        payload,
+    }
+}
+
 fn decode_put2(body: &[u8]) -> Result<StoredJob, &'static str> {
     if body.len() < PUT2_FIXED_BYTES {
         return Err("short put2 record");
@@ -564,22 +570,13 @@ fn decode_put2(body: &[u8]) -> Result<StoredJob, &'static str> {
     let error =
         std::str::from_utf8(&body[error_at..key_at]).map_err(|_| "put2 error is not UTF-8")?;
     let job = StoredJob {
-        id: JobId(u64_at(body, 0)),
-        due_ms: u64_at(body, 8),
-        created_ms: u64_at(body, 16),
-        tenant: u32_at(body, 24),
-        shard: u16_at(body, 28),
-        flags: u16_at(body, 30),
-        max_attempts: u32_at(body, 32),
-        attempt: u32_at(body, 36),
-        leased: body[40] == 1,
         failures: u32_at(body, 48),
         dead: (fate & FATE_DEAD != 0).then(|| (u64_at(body, 56), fate & FATE_EXPIRED != 0)),
         backoff: (fate & FATE_BACKOFF != 0).then(|| (u32_at(body, 64), u32_at(body, 68))),
         last_error: (fate & FATE_ERROR != 0).then(|| error.to_owned()),
         key: (fate & FATE_KEY != 0).then(|| body[key_at..key_at + key_len].to_vec()),
         recurring: (fate & FATE_RECURRING != 0).then(|| body[key_at + key_len..].to_vec()),
-        payload: body[PUT2_FIXED_BYTES..error_at].to_vec(),
+        ..put_base(body, body[PUT2_FIXED_BYTES..error_at].to_vec())
     };
     if !job.has_fate()
         || (job.dead.is_none() && u64_at(body, 56) != 0)
