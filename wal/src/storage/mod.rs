@@ -99,11 +99,11 @@ pub trait StorageFile: Send + Sync + 'static {
         Ok(false)
     }
 
-    /// Touches every page of a freshly created (all-zero) file ahead of need, so that the
-    /// first writes into it later take no page fault that allocates or zeroes pages (see
-    /// `MmapFile`'s implementation for what that costs and why the zeros are not written
-    /// back). Called only on a file nothing else uses yet, off the append path. The default does
-    /// nothing (the fault storage has no page cache to warm).
+    /// Prepares a freshly created (all-zero) file for appends, ahead of need and off the
+    /// append path: so that the commits into it later write back only the pages they touch,
+    /// convert no block on the medium, and take no page fault that reads, zeroes or allocates
+    /// (see `MmapFile`'s implementation for what each of those cost). Called only on a file
+    /// nothing else uses yet. The default does nothing (the fault storage has no page cache).
     fn prefault(&self) -> io::Result<()> {
         Ok(())
     }
