@@ -177,20 +177,24 @@ pub(crate) fn check_name(name: &str) -> io::Result<()> {
 }
 
 /// Checks that `offset .. offset + len` lies inside a file of `file_len` bytes, and returns
-/// the range as `usize`s. The error kind is the caller's (`UnexpectedEof` for reads).
+/// the range as `usize`s. The error kind is the caller's (`UnexpectedEof` for reads); `what`
+/// names the operation, formatted only for the error.
 pub(crate) fn check_range(
     file_len: u64,
     offset: u64,
     len: usize,
     kind: io::ErrorKind,
-    what: &str,
+    what: impl FnOnce() -> String,
 ) -> io::Result<(usize, usize)> {
     let end = offset.checked_add(len as u64);
     match end {
         Some(end) if end <= file_len => Ok((offset as usize, len)),
         _ => Err(io::Error::new(
             kind,
-            format!("{what} of {len} bytes at offset {offset} is past the end ({file_len} bytes)"),
+            format!(
+                "{} of {len} bytes at offset {offset} is past the end ({file_len} bytes)",
+                what()
+            ),
         )),
     }
 }
@@ -477,7 +481,7 @@ impl StorageFile for MmapFile {
             offset,
             buf.len(),
             io::ErrorKind::UnexpectedEof,
-            &format!("{}: read", f.opened_as),
+            || format!("{}: read", f.opened_as),
         )?;
         if len == 0 {
             return Ok(());
@@ -495,7 +499,7 @@ impl StorageFile for MmapFile {
             offset,
             data.len(),
             io::ErrorKind::InvalidInput,
-            &format!("{}: write", f.opened_as),
+            || format!("{}: write", f.opened_as),
         )?;
         if len == 0 {
             return Ok(());
@@ -521,7 +525,7 @@ impl StorageFile for MmapFile {
             offset,
             len,
             io::ErrorKind::InvalidInput,
-            &format!("{}: sync", f.opened_as),
+            || format!("{}: sync", f.opened_as),
         )?;
         if len == 0 {
             return Ok(());
@@ -544,7 +548,7 @@ impl StorageFile for MmapFile {
             offset,
             buf.len(),
             io::ErrorKind::UnexpectedEof,
-            &format!("{}: direct read", f.opened_as),
+            || format!("{}: direct read", f.opened_as),
         )?;
         if !offset.is_multiple_of(4096) || !buf.len().is_multiple_of(4096) {
             return Err(io::Error::new(
@@ -654,10 +658,13 @@ mod tests {
     #[test]
     fn range_check_catches_overflow() {
         let kind = io::ErrorKind::UnexpectedEof;
-        assert_eq!(check_range(10, 2, 8, kind, "r").unwrap(), (2, 8));
-        assert!(check_range(10, 3, 8, kind, "r").is_err());
-        assert!(check_range(10, u64::MAX, 1, kind, "r").is_err());
-        assert_eq!(check_range(10, 10, 0, kind, "r").unwrap(), (10, 0));
+        assert_eq!(check_range(10, 2, 8, kind, || "r".into()).unwrap(), (2, 8));
+        assert!(check_range(10, 3, 8, kind, || "r".into()).is_err());
+        assert!(check_range(10, u64::MAX, 1, kind, || "r".into()).is_err());
+        assert_eq!(
+            check_range(10, 10, 0, kind, || "r".into()).unwrap(),
+            (10, 0)
+        );
     }
 
     #[test]

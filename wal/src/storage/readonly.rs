@@ -245,7 +245,7 @@ impl StorageFile for ReadOnlyFile {
             offset,
             buf.len(),
             io::ErrorKind::UnexpectedEof,
-            "read",
+            || "read".into(),
         )?;
         if buf.is_empty() {
             return Ok(());
@@ -289,7 +289,7 @@ impl StorageFile for ReadOnlyFile {
             offset,
             data.len(),
             io::ErrorKind::InvalidInput,
-            "write",
+            || "write".into(),
         )?;
         let mut pages = self
             .inner
@@ -328,7 +328,7 @@ impl StorageFile for ReadOnlyFile {
             offset,
             len,
             io::ErrorKind::InvalidInput,
-            "sync",
+            || "sync".into(),
         )?;
         Ok(())
     }

@@ -223,7 +223,7 @@ impl StorageFile for FaultFile {
             offset,
             buf.len(),
             io::ErrorKind::UnexpectedEof,
-            "read",
+            || "read".into(),
         )?;
         let mut s = self.disk.lock();
         let inode = &s.inodes[&self.ino];
@@ -242,7 +242,7 @@ impl StorageFile for FaultFile {
             offset,
             buf.len(),
             io::ErrorKind::UnexpectedEof,
-            "read",
+            || "read".into(),
         )?;
         let mut s = self.disk.lock();
         let inode = &s.inodes[&self.ino];
@@ -260,7 +260,7 @@ impl StorageFile for FaultFile {
             offset,
             data.len(),
             io::ErrorKind::InvalidInput,
-            "write",
+            || "write".into(),
         )?;
         let mut s = self.disk.lock();
         s.stats.writes += 1;
@@ -279,7 +279,7 @@ impl StorageFile for FaultFile {
             offset,
             len,
             io::ErrorKind::InvalidInput,
-            "sync",
+            || "sync".into(),
         )?;
         if len == 0 {
             return Ok(()); // like MmapFile: nothing to write back, no system call
