@@ -9,7 +9,8 @@ impl Engine {
     /// The id of the job holding idempotency key `key` (live, or dead in the dead-letter set;
     /// a job kept on disk beyond the horizon too), if any.
     pub fn id_by_key(&self, key: &[u8]) -> Option<JobId> {
-        self.shared.lock_state().keys.get(key).copied()
+        let h = super::table::key_hash(key);
+        self.shared.lock_state().keys.held(h, key)
     }
 
     /// A snapshot of the live job holding `key`, like [`Engine::get`].

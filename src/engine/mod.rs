@@ -286,7 +286,8 @@ impl Engine {
         // outside every lock; their ids are written in under the id lock.
         let mut body = Vec::with_capacity(specs.len() * 48);
         let mut ends = Vec::with_capacity(specs.len());
-        let mut keys: Vec<Option<Arc<[u8]>>> = Vec::new();
+        // Each key with its hash, computed here, outside every lock.
+        let mut keys: Vec<Option<(u64, Arc<[u8]>)>> = Vec::new();
         let mut recur_bytes = Vec::new();
         for (spec, &due_ms) in specs.iter().zip(&dues) {
             recur_bytes.clear();
@@ -325,7 +326,11 @@ impl Engine {
             ends.push(body.len());
             if spec.key.is_some() || !keys.is_empty() {
                 keys.resize(ends.len() - 1, None);
-                keys.push(spec.key.as_deref().map(Arc::from));
+                keys.push(
+                    spec.key
+                        .as_deref()
+                        .map(|k| (table::key_hash(k), Arc::from(k))),
+                );
             }
         }
         drop(specs);
@@ -350,24 +355,24 @@ impl Engine {
         let mut named: Vec<Named> = Vec::new();
         if !keys.is_empty() {
             let state = sh.lock_state();
-            let mut batch: std::collections::HashMap<&[u8], usize> = Default::default();
+            // The first spec of this batch naming each key (indexes into `keys`).
+            let mut batch = hashbrown::HashTable::<usize>::new();
+            let key_of = |j: usize| keys[j].as_ref().map(|(_, k)| &**k);
             for (i, key) in keys.iter().enumerate() {
-                let Some(k) = key.as_deref() else {
+                let Some((h, k)) = key else {
                     named.push(Named::New);
                     continue;
                 };
-                named.push(
-                    match state.keys.get(k).or_else(|| state.pending_keys.get(k)) {
-                        Some(&id) => Named::Existing(id),
-                        None => match batch.get(k) {
-                            Some(&first) => Named::SameAs(first),
-                            None => {
-                                batch.insert(k, i);
-                                Named::New
-                            }
-                        },
+                named.push(match state.keys.holder(*h, k) {
+                    Some(id) => Named::Existing(id),
+                    None => match batch.find(*h, |&j| key_of(j) == Some(&**k)) {
+                        Some(&first) => Named::SameAs(first),
+                        None => {
+                            batch.insert_unique(*h, i, |&j| keys[j].as_ref().map_or(0, |e| e.0));
+                            Named::New
+                        }
                     },
-                );
+                });
             }
             drop(state);
             if named.iter().any(|n| *n != Named::New) {
@@ -421,10 +426,10 @@ impl Engine {
         if !keys.is_empty() {
             let mut state = sh.lock_state();
             for ((id, key), n) in ids.iter().zip(&keys).zip(&named) {
-                if let Some(k) = key
+                if let Some((h, k)) = key
                     && *n == Named::New
                 {
-                    state.pending_keys.insert(k.clone(), *id);
+                    state.keys.set_pending(*h, k, *id);
                 }
             }
         }
@@ -451,10 +456,8 @@ impl Engine {
                 if !keys.is_empty() {
                     let mut state = sh.lock_state();
                     for (id, key) in ids.iter().zip(&keys) {
-                        if let Some(k) = key
-                            && state.pending_keys.get(k) == Some(id)
-                        {
-                            state.pending_keys.remove(k);
+                        if let Some((h, k)) = key {
+                            state.keys.clear_pending(*h, k, Some(*id));
                         }
                     }
                 }
@@ -518,7 +521,7 @@ impl Engine {
                     // holds it already.
                     if state.jobs.contains_key(&s.id) || state.dead.contains_key(&s.id) {
                         if let Some(k) = s.key {
-                            state.pending_keys.remove(k);
+                            state.keys.clear_pending(table::key_hash(k), k, None);
                         }
                         continue;
                     }

@@ -99,7 +99,9 @@ pub(super) fn replay<S: Storage>(
         }
         for job in store::load_bucket(wal.storage(), bucket, entry)?.into_values() {
             if let Some(key) = job.key {
-                state.keys.insert(std::sync::Arc::from(key), job.id);
+                // The first far job naming a key holds it. A store this engine wrote has no
+                // second; if one had, its restore refuses it when its bucket loads.
+                let _ = state.keys.hold(super::table::key_hash(&key), &key, job.id);
             }
         }
     }

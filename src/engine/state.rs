@@ -15,7 +15,9 @@ use crossbeam_channel::Sender;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::table::{Counters, Dead, Extra, ExtraMap, IdSet, Job, JobMap, KeyMap, Payload};
+use super::table::{
+    Counters, Dead, Extra, ExtraMap, IdSet, Job, JobMap, KeyIndex, Payload, key_hash,
+};
 use crate::job::{Claimed, DeadJob, JobId, JobInfo, JobQuery, JobState};
 use crate::record::{
     BURY_EXPIRED, Event, FLAG_BINARY_PAYLOAD, NEXT_FAILED, NEXT_SKIPPED, RETRY_FAILED,
@@ -67,10 +69,9 @@ pub(crate) struct State {
     pub extra: ExtraMap,
     /// The dead-letter set.
     pub dead: BTreeMap<JobId, Dead>,
-    /// Idempotency keys of every keyed job, live or dead, in memory or kept on disk.
-    pub keys: KeyMap,
-    /// Keys of schedules appended but not yet visible (their `commit` has not applied them).
-    pub pending_keys: KeyMap,
+    /// Idempotency keys of every keyed job, live or dead, in memory or kept on disk, and of
+    /// the schedules appended but not yet visible (their `commit` has not applied them).
+    pub keys: KeyIndex,
     /// Per-tenant queues feeding the ready channel round-robin (`Config::fair_tenants`).
     pub fair: Option<super::fair::Fair>,
 }
@@ -134,8 +135,7 @@ impl State {
             far_gone: IdSet::default(),
             extra: ExtraMap::default(),
             dead: BTreeMap::new(),
-            keys: KeyMap::default(),
-            pending_keys: KeyMap::default(),
+            keys: KeyIndex::default(),
             fair: None,
         }
     }
@@ -167,11 +167,16 @@ impl State {
                 if self.jobs.contains_key(&s.id) || self.dead.contains_key(&s.id) {
                     return Err("job scheduled twice");
                 }
-                if let Some(key) = s.key
-                    && self.keys.get(key).is_some_and(|&other| other != s.id)
-                {
-                    return Err("idempotency key held by another job");
-                }
+                // Taken first: the one check that can still refuse, and it changes nothing
+                // when it does.
+                let key: Option<Arc<[u8]>> = match s.key {
+                    None => None,
+                    Some(k) => Some(
+                        self.keys
+                            .hold(key_hash(k), k, s.id)
+                            .ok_or("idempotency key held by another job")?,
+                    ),
+                };
                 self.insert_scheduled(
                     s.id,
                     s.due_ms,
@@ -179,19 +184,6 @@ impl State {
                     s.flags & FLAG_BINARY_PAYLOAD != 0,
                     live,
                 );
-                // The key's allocation made when the schedule was appended moves over.
-                let key: Option<Arc<[u8]>> =
-                    s.key.map(|k| match self.pending_keys.remove_entry(k) {
-                        Some((pending, id)) if id == s.id => pending,
-                        Some((pending, id)) => {
-                            self.pending_keys.insert(pending, id);
-                            Arc::from(k)
-                        }
-                        None => Arc::from(k),
-                    });
-                if let Some(k) = &key {
-                    self.keys.insert(k.clone(), s.id);
-                }
                 let recurring = s.recurring.map(|r| {
                     Arc::new(crate::job::Recurring::decode(r).expect("checked by decode"))
                 });
@@ -537,13 +529,14 @@ impl State {
         if job.leased && job.attempt == 0 {
             return Err("job leased by attempt 0");
         }
-        let key: Option<Arc<[u8]>> = job.key.as_deref().map(Arc::from);
-        if let Some(k) = &key {
-            if self.keys.get(k).is_some_and(|&other| other != job.id) {
-                return Err("idempotency key held by another job");
-            }
-            self.keys.insert(k.clone(), job.id);
-        }
+        let key: Option<Arc<[u8]>> = match job.key.as_deref() {
+            None => None,
+            Some(k) => Some(
+                self.keys
+                    .hold(key_hash(k), k, job.id)
+                    .ok_or("idempotency key held by another job")?,
+            ),
+        };
         let recurring = match &job.recurring {
             None => None,
             Some(bytes) => Some(Arc::new(
@@ -732,9 +725,7 @@ impl State {
     }
 
     fn release_key(&mut self, key: &[u8], id: JobId) {
-        if self.keys.get(key) == Some(&id) {
-            self.keys.remove(key);
-        }
+        self.keys.release(key_hash(key), key, id);
     }
 
     /// A job whose lease `attempt` holds in the log: what finishing it needs.

@@ -167,6 +167,120 @@ impl Hasher for IdHasher {
 
 pub(crate) type JobMap = HashMap<JobId, Job, BuildHasherDefault<IdHasher>>;
 pub(crate) type ExtraMap = HashMap<JobId, Extra, BuildHasherDefault<IdHasher>>;
-/// Idempotency keys of the jobs that have one, live or dead, resident or not.
-pub(crate) type KeyMap = HashMap<Arc<[u8]>, JobId>;
 pub(crate) type IdSet = std::collections::HashSet<JobId, BuildHasherDefault<IdHasher>>;
+
+/// The hash of an idempotency key in [`KeyIndex`]: SipHash with a key chosen at random once
+/// per process (keys come from users: a fixed hash would let one make every key collide).
+/// Callers hash a key once, outside the state lock, and pass the hash to every lookup.
+pub(crate) fn key_hash(key: &[u8]) -> u64 {
+    use std::hash::BuildHasher as _;
+    static HASHER: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+    HASHER
+        .get_or_init(std::hash::RandomState::new)
+        .hash_one(key)
+}
+
+/// Idempotency keys, in one table: each key with the job that holds it (a visible job, live or
+/// dead, resident or not) and the job whose schedule naming it is appended but not visible
+/// yet (pending). One entry per key, found by a hash computed once per call ([`key_hash`]),
+/// where two maps and a hash per lookup cost a keyed schedule eight SipHash runs.
+#[derive(Debug, Default)]
+pub(crate) struct KeyIndex {
+    table: hashbrown::HashTable<KeyEntry>,
+}
+
+#[derive(Debug)]
+struct KeyEntry {
+    hash: u64,
+    /// One allocation per key, shared with the holder's `Extra::key`.
+    key: Arc<[u8]>,
+    held: Option<JobId>,
+    pending: Option<JobId>,
+}
+
+impl KeyIndex {
+    fn find(&self, hash: u64, key: &[u8]) -> Option<&KeyEntry> {
+        self.table.find(hash, |e| e.hash == hash && *e.key == *key)
+    }
+
+    /// The entry of `key`, made empty if there is none.
+    fn entry(&mut self, hash: u64, key: &[u8], alloc: impl FnOnce() -> Arc<[u8]>) -> &mut KeyEntry {
+        self.table
+            .entry(hash, |e| e.hash == hash && *e.key == *key, |e| e.hash)
+            .or_insert_with(|| KeyEntry {
+                hash,
+                key: alloc(),
+                held: None,
+                pending: None,
+            })
+            .into_mut()
+    }
+
+    /// Drops the entry of `key` once neither a holder nor a pending schedule names it.
+    fn prune(&mut self, hash: u64, key: &[u8]) {
+        if let Ok(e) = self
+            .table
+            .find_entry(hash, |e| e.hash == hash && *e.key == *key)
+            && e.get().held.is_none()
+            && e.get().pending.is_none()
+        {
+            e.remove();
+        }
+    }
+
+    /// The visible job holding `key`.
+    pub fn held(&self, hash: u64, key: &[u8]) -> Option<JobId> {
+        self.find(hash, key).and_then(|e| e.held)
+    }
+
+    /// The job holding `key`, visible or pending: who a new schedule naming it finds.
+    pub fn holder(&self, hash: u64, key: &[u8]) -> Option<JobId> {
+        self.find(hash, key).and_then(|e| e.held.or(e.pending))
+    }
+
+    /// Notes that `id`'s schedule naming `key` is appended, not yet visible.
+    pub fn set_pending(&mut self, hash: u64, key: &Arc<[u8]>, id: JobId) {
+        self.entry(hash, key, || Arc::clone(key)).pending = Some(id);
+    }
+
+    /// Forgets the pending schedule of `key`, if it is `id`'s (`None`: whoever's).
+    pub fn clear_pending(&mut self, hash: u64, key: &[u8], id: Option<JobId>) {
+        let Some(e) = self
+            .table
+            .find_mut(hash, |e| e.hash == hash && *e.key == *key)
+        else {
+            return;
+        };
+        if id.is_none() || e.pending == id {
+            e.pending = None;
+            self.prune(hash, key);
+        }
+    }
+
+    /// Makes `id` the holder of `key`, its pending schedule (if it was `id`'s) now visible,
+    /// and returns the key's allocation, for the job's own record of its key; or `None`, and
+    /// changes nothing, when another job holds `key`. One lookup.
+    pub fn hold(&mut self, hash: u64, key: &[u8], id: JobId) -> Option<Arc<[u8]>> {
+        let e = self.entry(hash, key, || Arc::from(key));
+        if e.held.is_some_and(|other| other != id) {
+            return None;
+        }
+        if e.pending == Some(id) {
+            e.pending = None;
+        }
+        e.held = Some(id);
+        Some(Arc::clone(&e.key))
+    }
+
+    /// Lets go of `key` if `id` holds it.
+    pub fn release(&mut self, hash: u64, key: &[u8], id: JobId) {
+        if let Some(e) = self
+            .table
+            .find_mut(hash, |e| e.hash == hash && *e.key == *key)
+            && e.held == Some(id)
+        {
+            e.held = None;
+            self.prune(hash, key);
+        }
+    }
+}
