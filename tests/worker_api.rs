@@ -224,3 +224,49 @@ fn reschedule_and_fail_batches_answer_per_item_and_refuse_bad_input_whole() {
     clock.set(T0 + 1);
     assert_eq!(fire(&engine), vec![ids[2]], "moved earlier by the batch");
 }
+
+#[test]
+fn complete_and_claim_next_shares_one_sync_and_its_completions_survive_a_crash() {
+    let disk = FaultDisk::new(71);
+    let clock = ManualClock::new(T0);
+    let engine = open_sim(&disk, &clock);
+    let ids = engine
+        .schedule_batch((0..10).map(|i| JobSpec::at(T0 + i)))
+        .expect("scheduled");
+    clock.set(T0 + 10);
+    engine.run_timers();
+    let mut held = engine.claim_next(4, Duration::ZERO).expect("first claims");
+    let mut seen: Vec<_> = held.iter().map(|c| c.id).collect();
+    let mut rounds = 0;
+    while seen.len() < ids.len() {
+        let syncs = disk.stats().file_syncs;
+        held = engine
+            .complete_and_claim_next(&held, 4, Duration::ZERO)
+            .expect("round");
+        assert_eq!(
+            disk.stats().file_syncs - syncs,
+            1,
+            "round {rounds}: the completions and the claims share one sync"
+        );
+        seen.extend(held.iter().map(|c| c.id));
+        rounds += 1;
+    }
+    assert_eq!(seen, ids, "every job claimed once, in firing order");
+    assert_eq!(engine.stats().completed, 8, "all but the last round's two");
+    // The last round: nothing left to claim, so it waits for its completions alone.
+    let rest = engine
+        .complete_and_claim_next(&held, 4, Duration::ZERO)
+        .expect("last round");
+    assert!(rest.is_empty());
+    engine.abandon();
+    let disk = disk.crash(&timewheel_wal::testing::CrashOptions::clean());
+    let engine = open_sim(&disk, &clock);
+    assert_eq!(
+        engine.stats().scheduled + engine.stats().ready + engine.stats().running,
+        0,
+        "every completion was durable when its call returned"
+    );
+    for id in ids {
+        assert!(engine.get(id).is_none(), "job {id} came back after a crash");
+    }
+}

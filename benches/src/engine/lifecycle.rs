@@ -11,10 +11,16 @@ use timewheel::{Backoff, Claimed, Config, DeadQuery, Engine, JobId, JobSpec, Ret
 use super::{Percentiles, now_ms, now_us};
 
 /// `schedule_batch` throughput in jobs/s, batches of `batch`, with a unique idempotency key on
-/// every job (`keyed`) or none.
+/// every job (`keyed`) or none. The keys' text is made before the clock starts (formatting it
+/// is the caller's work, not the engine's); each spec gets its own copy, as a caller's would.
 pub fn keyed_batches(dir: &Path, jobs: u64, batch: u64, keyed: bool) -> f64 {
     let engine = Engine::open(Config::new(dir)).expect("open");
     let due = now_ms() + 3_600_000;
+    let keys: Vec<String> = if keyed {
+        (0..jobs).map(|k| format!("order-{k:012}")).collect()
+    } else {
+        Vec::new()
+    };
     let t = Instant::now();
     let mut i = 0;
     while i < jobs {
@@ -23,7 +29,7 @@ pub fn keyed_batches(dir: &Path, jobs: u64, batch: u64, keyed: bool) -> f64 {
             .schedule_batch((i..i + n).map(|k| {
                 let spec = JobSpec::at(due + k % 1000).payload([7u8; 16]);
                 if keyed {
-                    spec.key(format!("order-{k:012}"))
+                    spec.key(keys[k as usize].clone())
                 } else {
                     spec
                 }
@@ -172,17 +178,20 @@ pub fn fairness(dir: &Path, a_jobs: u64, b_jobs: u64, fair: bool, a_limit: u32) 
                 let mut late = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 2)
                     .expect("histogram");
                 let mut done = 0u64;
+                // Each round completes the last round's jobs and claims the next ones with one
+                // sync (`complete_and_claim_next`).
+                let mut got = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
-                    let got = engine
-                        .claim_next(256, Duration::from_millis(50))
-                        .expect("claim");
+                    got = engine
+                        .complete_and_claim_next(&got, 256, Duration::from_millis(50))
+                        .expect("complete and claim");
                     let now = now_us();
                     for c in got.iter().filter(|c| b.contains(&c.id)) {
                         late.saturating_record(now.saturating_sub(c.due_ms * 1000).max(1));
                     }
                     done += got.len() as u64;
-                    engine.complete_batch(&got).expect("complete");
                 }
+                engine.complete_batch(&got).expect("complete");
                 (late, done)
             })
         })
