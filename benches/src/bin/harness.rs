@@ -49,6 +49,10 @@ struct Args {
     /// this one, built first when run by cargo).
     #[arg(long)]
     sidecar_bin: Option<PathBuf>,
+    /// Run nothing: regenerate docs/benchmarks.md's generated section, its plots and the
+    /// README's Figures table from the results.json of an earlier full run.
+    #[arg(long, conflicts_with_all = ["quick", "update_docs", "only"])]
+    docs_from: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -56,6 +60,21 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let args = Args::parse();
+    if let Some(path) = &args.docs_from {
+        let results = std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()));
+        return match results.map(|r| update_docs(&r).map_err(|e| e.to_string())) {
+            Ok(Ok(doc)) => {
+                eprintln!("regenerated {} and README.md", doc.display());
+                ExitCode::SUCCESS
+            }
+            Ok(Err(e)) | Err(e) => {
+                eprintln!("regenerating the docs from {}: {e}", path.display());
+                ExitCode::FAILURE
+            }
+        };
+    }
     if args.update_docs && !args.only.is_empty() {
         eprintln!("--update-docs needs every workload: leave out --only");
         return ExitCode::FAILURE;

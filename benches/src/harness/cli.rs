@@ -147,6 +147,13 @@ pub fn update_docs(r: &Results) -> Result<PathBuf, Box<dyn std::error::Error>> {
     let path = docs_dir.join("benchmarks.md");
     let doc = std::fs::read_to_string(&path)?;
     std::fs::write(&path, docs::replace_generated(&doc, &md)?)?;
+    // The README's Figures table, from the same results.
+    let readme = workspace_root().join("README.md");
+    let text = std::fs::read_to_string(&readme)?;
+    std::fs::write(
+        &readme,
+        super::headline::replace_table(&text, &super::headline::table(r))?,
+    )?;
     Ok(path)
 }
 

@@ -9,6 +9,7 @@
 
 pub mod cli;
 pub mod docs;
+pub mod headline;
 pub mod machine;
 pub mod plot;
 pub mod report;
