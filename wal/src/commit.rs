@@ -25,7 +25,7 @@ use std::mem;
 use std::sync::Arc;
 
 use crate::Lsn;
-use crate::sync::{AtomicU64, Condvar, Mutex, Ordering, lock};
+use crate::sync::{AtomicBool, AtomicU64, Condvar, Mutex, Ordering, lock};
 
 /// Dirty ranges of one segment closer than this merge into one (see `add_dirty`).
 const MERGE_GAP_BYTES: u64 = 4096;
@@ -73,6 +73,9 @@ pub(crate) struct GroupCommit<F> {
     // Mirrors of the locked fields, so the getters never wait behind a leader's bookkeeping.
     written_lsn: AtomicU64,
     durable_lsn: AtomicU64,
+    /// Set (after the locked field) when the log is poisoned; never cleared. Read by every
+    /// poll of an async caller, so it takes no lock.
+    poisoned: AtomicBool,
 }
 
 impl<F> GroupCommit<F> {
@@ -89,6 +92,7 @@ impl<F> GroupCommit<F> {
             durable_changed: Condvar::new(),
             written_lsn: AtomicU64::new(durable_lsn),
             durable_lsn: AtomicU64::new(durable_lsn),
+            poisoned: AtomicBool::new(false),
         }
     }
 
@@ -104,7 +108,9 @@ impl<F> GroupCommit<F> {
 
     /// Whether a write or sync failed.
     pub(crate) fn is_poisoned(&self) -> bool {
-        lock(&self.state).poisoned
+        // `durable` never moves once the log is poisoned, so a reader that sees it unpoisoned
+        // a moment late and then finds its LSN durable is still right to acknowledge.
+        self.poisoned.load(Ordering::Acquire)
     }
 
     /// Publishes that every LSN up to `lsn` is written, the newest of them in `range`. Callers
@@ -150,6 +156,7 @@ impl<F> GroupCommit<F> {
     pub(crate) fn poison(&self) {
         let mut st = lock(&self.state);
         st.poisoned = true;
+        self.poisoned.store(true, Ordering::Release);
         self.durable_changed.notify_all();
     }
 
@@ -194,6 +201,7 @@ impl<F> GroupCommit<F> {
             }
             Err(e) => {
                 st.poisoned = true;
+                self.poisoned.store(true, Ordering::Release);
                 Err(CommitError::SyncFailed(e))
             }
         }
