@@ -128,6 +128,10 @@ struct Totals {
     failed_opens: u64,
     jobs: u64,
     tally: model::Tally,
+    /// Seeds in which a recurring job's occurrence ended (a `Next`), and seeds run with
+    /// fairness on.
+    recurring_seeds: u64,
+    fair_seeds: u64,
     failures: Vec<String>,
 }
 
@@ -152,6 +156,19 @@ impl Totals {
                 t.purges += r.purges;
                 t.extends += r.extends;
                 t.deduplicated += r.deduplicated;
+                t.occurrences_fired += r.occurrences_fired;
+                t.nexts += r.nexts;
+                t.misfire_coalesced += r.misfire_coalesced;
+                t.misfire_skipped += r.misfire_skipped;
+                t.misfire_backfilled += r.misfire_backfilled;
+                t.pauses += r.pauses;
+                t.resumes += r.resumes;
+                t.deletes += r.deletes;
+                t.reschedules_by_key += r.reschedules_by_key;
+                t.tenant_limited += r.tenant_limited;
+                t.fed += r.fed;
+                self.recurring_seeds += u64::from(r.nexts > 0);
+                self.fair_seeds += u64::from(rep.fair);
             }
             Err(msg) => {
                 eprintln!("FAILED {msg}\n  replay: {}", replay_command(seed));
@@ -236,6 +253,24 @@ fn seeds() {
         "lifecycle: {} retries, {} burials ({} by leases run out), {} requeues, {} purges, {} \
          lease extensions, {} deduplicated schedules",
         l.retries, l.buries, l.expired_buries, l.requeues, l.purges, l.extends, l.deduplicated
+    );
+    eprintln!(
+        "recurring ({} seeds): {} occurrences fired, {} nexts scheduled, misfires {} coalesced, \
+         {} skipped, {} backfilled; {} pauses, {} resumes, {} deletes; {} reschedule_by_key",
+        t.recurring_seeds,
+        l.occurrences_fired,
+        l.nexts,
+        l.misfire_coalesced,
+        l.misfire_skipped,
+        l.misfire_backfilled,
+        l.pauses,
+        l.resumes,
+        l.deletes,
+        l.reschedules_by_key
+    );
+    eprintln!(
+        "fairness ({} seeds): {} ids fed, {} tenant-limited skips",
+        t.fair_seeds, l.fed, l.tenant_limited
     );
     assert!(
         t.failures.is_empty(),

@@ -121,8 +121,15 @@ pub enum RecurKind {
     },
 }
 
-/// The first occurrence of a cron expression in a zone strictly after an instant (ms).
-pub type CronNext = fn(&str, &str, u64) -> Option<u64>;
+/// The driver's cron searches (the model has no cron parser of its own).
+#[derive(Debug, Clone, Copy)]
+pub struct CronNext {
+    /// The first occurrence of an expression in a zone strictly after an instant (ms).
+    pub next: fn(&str, &str, u64) -> Option<u64>,
+    /// The last occurrence at or before an instant, where the driver can tell it cheaply
+    /// (`None`: walk forward instead).
+    pub prev: fn(&str, &str, u64) -> Option<u64>,
+}
 
 /// The most occurrences a `FireAll` misfire looks at (docs/lifecycle.md): a cron schedule that
 /// missed more coalesces instead.
@@ -157,7 +164,7 @@ impl Recur {
                 }
             }
             RecurKind::Cron { expr, zone } => {
-                cron(expr, zone, after_ms).expect("the simulation's crons always recur")
+                (cron.next)(expr, zone, after_ms).expect("the simulation's crons always recur")
             }
         }
     }
@@ -166,14 +173,15 @@ impl Recur {
     /// failed for good, or skipped) at `now_ms`, as docs/lifecycle.md's misfire table says:
     /// `Coalesce` and `Skip` go on to the first occurrence after both; `FireAll { b }` to the
     /// first occurrence after `prev_ms` if it is still ahead, else to the earliest of the `b`
-    /// most recent occurrences missed (those up to `now_ms`), older ones skipped. The second
-    /// value is how many occurrences after `prev_ms` and up to `now_ms` were passed over.
+    /// most recent occurrences missed (those up to `now_ms`), older ones skipped; a cron
+    /// schedule with more than [`MISFIRE_WALK_MAX`] missed coalesces. The second value tells
+    /// whether occurrences after `prev_ms` were missed (passed over, or some for `FireAll`).
     pub fn next_due(&self, prev_ms: u64, now_ms: u64, cron: CronNext) -> (u64, u64) {
         let first = self.next_after(prev_ms, cron);
         match self.misfire {
             Misfire::Coalesce | Misfire::Skip => {
                 let next = self.next_after(now_ms.max(prev_ms), cron);
-                (next, self.count_up_to(first, now_ms, cron))
+                (next, u64::from(first <= now_ms))
             }
             Misfire::FireAll { backfill_max } => {
                 if first > now_ms {
@@ -195,7 +203,26 @@ impl Recur {
                         let k = k_first.max((k_last + 1).saturating_sub(b));
                         (anchor_ms + k * interval_ms, k - k_first)
                     }
-                    RecurKind::Cron { .. } => {
+                    RecurKind::Cron { expr, zone } => {
+                        // A five-field expression fires at most once a minute: fewer than the
+                        // walk's limit missed, and the driver can search back, is found from
+                        // `now_ms` backwards.
+                        let five = expr.split_whitespace().count() == 5;
+                        let few = (now_ms - first) / 60_000 < MISFIRE_WALK_MAX;
+                        if five
+                            && few
+                            && b > 0
+                            && let Some(last) = (cron.prev)(expr, zone, now_ms)
+                        {
+                            let mut earliest = last;
+                            for _ in 1..b {
+                                match (cron.prev)(expr, zone, earliest - 1) {
+                                    Some(p) if p >= first => earliest = p,
+                                    _ => break,
+                                }
+                            }
+                            return (earliest.max(first), 1);
+                        }
                         let mut missed = Vec::new();
                         let mut at = first;
                         while at <= now_ms {
@@ -213,26 +240,6 @@ impl Recur {
                         (missed[i], i as u64)
                     }
                 }
-            }
-        }
-    }
-
-    /// Occurrences from `first` up to `now_ms` (at most a few for a cron: a count for the
-    /// tally only).
-    fn count_up_to(&self, first: u64, now_ms: u64, cron: CronNext) -> u64 {
-        if first > now_ms {
-            return 0;
-        }
-        match self.kind {
-            RecurKind::Every { interval_ms, .. } => (now_ms - first) / interval_ms + 1,
-            RecurKind::Cron { .. } => {
-                let mut n = 1;
-                let mut at = self.next_after(first, cron);
-                while at <= now_ms && n < 64 {
-                    n += 1;
-                    at = self.next_after(at, cron);
-                }
-                n
             }
         }
     }
@@ -630,6 +637,11 @@ fn no_cron(_: &str, _: &str, _: u64) -> Option<u64> {
     panic!("this driver has no cron model (Model::with_cron)")
 }
 
+const NO_CRON: CronNext = CronNext {
+    next: no_cron,
+    prev: no_cron,
+};
+
 /// The fairness rules of docs/lifecycle.md ("Tenant fairness"), as the model follows them.
 ///
 /// A job that becomes ready (fired, its lease ran out, missed at an open) waits in its
@@ -746,7 +758,7 @@ impl Model {
             counters: Counters::default(),
             dirty: Vec::new(),
             append_seq: 0,
-            cron_next: no_cron,
+            cron_next: NO_CRON,
             fair: None,
             misfire_threshold_ms: 60_000,
         }
@@ -1448,7 +1460,9 @@ impl Model {
                     return Ok(());
                 }
                 let info = engine.get(JobId(id));
-                let applied = applied(info.as_ref());
+                // `NoSpace` wrote nothing, so applied nothing (the job may look as if: a resume
+                // of a job already at its next occurrence).
+                let applied = f != Fault::NothingWritten && applied(info.as_ref());
                 if applied {
                     self.learn_lease(id, info.as_ref())?;
                     self.refill_due();
@@ -2629,8 +2643,9 @@ impl Model {
                     q.waiting.remove(id);
                     q.fed.insert(*id, now);
                 }
-                // Fed less than its room: the queue was emptied, stale ids and all.
-                if !binds && k < room {
+                // Fed less than its room, the channel not filled: the queue was emptied,
+                // stale ids and all.
+                if drained.len() < fair.depth && k < room {
                     q.maybe.clear();
                 }
             }
@@ -3271,6 +3286,11 @@ impl Model {
             }
         }
         Ok(())
+    }
+
+    /// The due time of job `id` in the engine's memory, if it is there.
+    pub fn live_due(&self, id: u64) -> Option<u64> {
+        self.live(id).map(|l| l.due_ms)
     }
 
     /// The ids of the jobs visible in the engine's memory.
