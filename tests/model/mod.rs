@@ -519,6 +519,10 @@ enum Change {
     },
 }
 
+/// What a claim of a ready job may do: a change, with the state of the lease in the log it
+/// needs (`None`: either).
+type ClaimOption = (Option<bool>, Change);
+
 /// Why a recurring job's occurrence ended (the `Next` record's flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NextHow {
@@ -671,6 +675,9 @@ pub struct Fair {
     stamp: u64,
     /// A feeding is due at the end of the current call.
     refill_due: bool,
+    /// A feeding may have happened in the current call (a failed call whose change, if
+    /// applied, left the job as it was: whether it was applied, and fed, is not known).
+    refill_maybe: bool,
 }
 
 /// One tenant's queue and its fed ids.
@@ -694,6 +701,7 @@ impl Fair {
             queues: BTreeMap::new(),
             stamp: 1,
             refill_due: false,
+            refill_maybe: false,
         }
     }
 
@@ -1459,13 +1467,24 @@ impl Model {
                     }
                     return Ok(());
                 }
+                // A reschedule of a waiting job to its own due time looks applied either way.
+                let noop = self.live(id).is_some_and(|l| {
+                    l.state == JobState::Scheduled
+                        && matches!(change, Change::Reschedule(d) if d == l.due_ms)
+                });
                 let info = engine.get(JobId(id));
                 // `NoSpace` wrote nothing, so applied nothing (the job may look as if: a resume
                 // of a job already at its next occurrence).
                 let applied = f != Fault::NothingWritten && applied(info.as_ref());
                 if applied {
                     self.learn_lease(id, info.as_ref())?;
-                    self.refill_due();
+                    if noop {
+                        if let Some(fair) = self.fair.as_mut() {
+                            fair.refill_maybe = true;
+                        }
+                    } else {
+                        self.refill_due();
+                    }
                 }
                 self.change(id, change, applied, Some(f));
             }
@@ -1673,14 +1692,14 @@ impl Model {
 
     /// What a claim of a ready job may do: one change per state its lease may have in the log
     /// (a claim whatever the lease is listed once, with the lease unknown).
-    fn claim_options(&self, id: u64, now: u64, lease_until_ms: u64) -> Vec<(Option<bool>, Change)> {
+    fn claim_options(&self, id: u64, now: u64, lease_until_ms: u64) -> Vec<ClaimOption> {
         let l = self.live(id).expect("ready");
         let opens: &[bool] = match l.lease_open {
             Some(true) => &[true],
             Some(false) => &[false],
             None => &[true, false],
         };
-        let mut out: Vec<(Option<bool>, Change)> = Vec::new();
+        let mut out: Vec<ClaimOption> = Vec::new();
         for &open in opens {
             let change = self.claim_change(id, open, now, lease_until_ms);
             if matches!(change, Change::Claim { .. }) {
@@ -1699,13 +1718,13 @@ impl Model {
     fn unclaimed_option(
         &self,
         id: u64,
-        options: &[(Option<bool>, Change)],
+        options: &[ClaimOption],
         engine: &Engine,
-    ) -> Option<(Option<bool>, Change)> {
+    ) -> Option<ClaimOption> {
         let l = self.live(id).expect("ready");
         let info = engine.get(JobId(id));
         let dead = engine.dead_letter(JobId(id)).is_some();
-        let matching: Vec<(Option<bool>, Change)> = options
+        let matching: Vec<ClaimOption> = options
             .iter()
             .filter(|(_, c)| match *c {
                 Change::Bury { .. } => info.is_none() && dead,
@@ -1751,7 +1770,7 @@ impl Model {
         let lease_until_ms = now.saturating_add(self.lease_ms);
         // A job named twice is claimed the first time only (checked against the state before).
         let mut seen = BTreeSet::new();
-        let options: Vec<Option<Vec<(Option<bool>, Change)>>> = ids
+        let options: Vec<Option<Vec<ClaimOption>>> = ids
             .iter()
             .map(|id| {
                 (self.live(id.0).is_some_and(|l| l.state == JobState::Ready) && seen.insert(id.0))
@@ -2566,7 +2585,8 @@ impl Model {
             .map(|id| (id.0, self.jobs.get(&id.0).map_or(u32::MAX, |j| j.tenant)))
             .collect();
         let fair = self.fair.as_mut().expect("fair");
-        let due = std::mem::take(&mut fair.refill_due);
+        let maybe = std::mem::take(&mut fair.refill_maybe);
+        let due = std::mem::take(&mut fair.refill_due) || (maybe && !drained.is_empty());
         if !due && !drained.is_empty() {
             bail!("the ready channel was fed {drained:?} by a call that feeds nothing");
         }
@@ -2755,6 +2775,7 @@ impl Model {
         if let Some(f) = self.fair.as_mut() {
             f.queues.clear();
             f.refill_due = false;
+            f.refill_maybe = false;
         }
     }
 
@@ -3056,6 +3077,7 @@ impl Model {
         if let Some(f) = self.fair.as_mut() {
             f.queues.clear();
             f.refill_due = false;
+            f.refill_maybe = false;
             let mut channel = Vec::new();
             for &(_, id) in &missed {
                 let t = self.jobs[&id].tenant;

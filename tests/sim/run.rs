@@ -931,6 +931,8 @@ impl Sim {
                 }
             }
         }
+        // (Not counted as the run's deletes.)
+        let deletes = self.model.tally.deletes;
         for id in self.model.recurring_ids() {
             let r = live
                 .engine
@@ -939,6 +941,7 @@ impl Sim {
             self.model.delete(id, Ok(r), &live.engine)?;
             self.after_call(&mut live)?;
         }
+        self.model.tally.deletes = deletes;
         if let Some(id) = self.model.live_ids().into_iter().next() {
             return violation!("job {id} is live after every job ended");
         }
