@@ -20,8 +20,9 @@ use std::time::Instant;
 
 use sim::run::{End, Report, run_seed};
 
-/// Seeds `cargo test` runs by default (sized for well under a minute in the debug profile).
-const FAST_SEEDS: u64 = 1200;
+/// Seeds `cargo test` runs by default: about 30 s in the debug profile on the shared 2-core
+/// machine (1,200 before recurring jobs, tenants and fairness roughly doubled a seed's cost).
+const FAST_SEEDS: u64 = 700;
 /// Where the default batch starts; campaigns pick their own start.
 const FAST_SEED_START: u64 = 0;
 /// Seeds the replay check runs twice each.
@@ -87,6 +88,22 @@ const REGRESSION_SEEDS: &[(u64, &str)] = &[
          old copy cleared the mark that its new copy is gone",
     ),
     (7532, "the same, another path"),
+    (
+        4,
+        "FireAll after more than 100 000 missed occurrences of an interval fired old ones, one \
+         per completion, instead of the most recent",
+    ),
+    (22, "the same"),
+    (
+        9,
+        "fairness: the fed id of a job cancelled or moved while ready kept its tenant's slot \
+         (the limit reached for good)",
+    ),
+    (15, "the same"),
+    (
+        5,
+        "fairness: a cancel that freed a tenant's slot did not feed the channel",
+    ),
 ];
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -128,6 +145,10 @@ struct Totals {
     failed_opens: u64,
     jobs: u64,
     tally: model::Tally,
+    /// Seeds in which a recurring job's occurrence ended (a `Next`), and seeds run with
+    /// fairness on.
+    recurring_seeds: u64,
+    fair_seeds: u64,
     failures: Vec<String>,
 }
 
@@ -152,6 +173,19 @@ impl Totals {
                 t.purges += r.purges;
                 t.extends += r.extends;
                 t.deduplicated += r.deduplicated;
+                t.occurrences_fired += r.occurrences_fired;
+                t.nexts += r.nexts;
+                t.misfire_coalesced += r.misfire_coalesced;
+                t.misfire_skipped += r.misfire_skipped;
+                t.misfire_backfilled += r.misfire_backfilled;
+                t.pauses += r.pauses;
+                t.resumes += r.resumes;
+                t.deletes += r.deletes;
+                t.reschedules_by_key += r.reschedules_by_key;
+                t.tenant_limited += r.tenant_limited;
+                t.fed += r.fed;
+                self.recurring_seeds += u64::from(r.nexts > 0);
+                self.fair_seeds += u64::from(rep.fair);
             }
             Err(msg) => {
                 eprintln!("FAILED {msg}\n  replay: {}", replay_command(seed));
@@ -236,6 +270,24 @@ fn seeds() {
         "lifecycle: {} retries, {} burials ({} by leases run out), {} requeues, {} purges, {} \
          lease extensions, {} deduplicated schedules",
         l.retries, l.buries, l.expired_buries, l.requeues, l.purges, l.extends, l.deduplicated
+    );
+    eprintln!(
+        "recurring ({} seeds): {} occurrences fired, {} nexts scheduled, misfires {} coalesced, \
+         {} skipped, {} backfilled; {} pauses, {} resumes, {} deletes; {} reschedule_by_key",
+        t.recurring_seeds,
+        l.occurrences_fired,
+        l.nexts,
+        l.misfire_coalesced,
+        l.misfire_skipped,
+        l.misfire_backfilled,
+        l.pauses,
+        l.resumes,
+        l.deletes,
+        l.reschedules_by_key
+    );
+    eprintln!(
+        "fairness ({} seeds): {} ids fed, {} tenant-limited skips",
+        t.fair_seeds, l.fed, l.tenant_limited
     );
     assert!(
         t.failures.is_empty(),

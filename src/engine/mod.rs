@@ -1187,7 +1187,10 @@ impl Shared {
                 out.push(outcome);
             }
             if !plan.is_empty() {
-                last_lsn = Some(self.append_apply(state, &plan, &marked).0?);
+                let (appended, mut state) = self.append_apply(state, &plan, &marked);
+                last_lsn = Some(appended?);
+                // A ready job cancelled or moved no longer counts against its tenant's limit.
+                state.refill();
             }
         }
         Ok((out, last_lsn))

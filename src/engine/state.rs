@@ -207,6 +207,7 @@ impl State {
                 if live {
                     assert!(matches!(job.state, JobState::Scheduled | JobState::Ready));
                     self.drop_timer(&job);
+                    self.left_ready(id, job.state);
                 }
                 if job.far_copy {
                     self.far_gone.insert(id);
@@ -237,6 +238,7 @@ impl State {
                         job.state = JobState::Scheduled;
                         job.timer = Some(self.due.insert(due_ms.max(now_ms), id.0));
                         self.count(Some(JobState::Ready), Some(JobState::Scheduled));
+                        self.left_ready(id, JobState::Ready);
                     }
                     other => panic!("reschedule of job {id} in {other:?}, checked first"),
                 }
@@ -347,6 +349,7 @@ impl State {
                 job.state = JobState::Scheduled;
                 job.timer = Some(self.due.insert(due_ms.max(now_ms), id.0));
                 self.count(Some(from), Some(JobState::Scheduled));
+                self.left_ready(id, from);
                 Ok(())
             }
             Event::Bury {
@@ -364,6 +367,7 @@ impl State {
                 if live {
                     assert!(matches!(job.state, JobState::Running | JobState::Ready));
                     self.drop_timer(&job);
+                    self.left_ready(id, job.state);
                 }
                 let mut extra = self.extra.remove(&id).unwrap_or_default();
                 extra.last_error = None;
@@ -491,6 +495,7 @@ impl State {
                 job.state = JobState::Scheduled;
                 job.timer = Some(self.due.insert(due_ms.max(now_ms), id.0));
                 self.count(Some(from), Some(JobState::Scheduled));
+                self.left_ready(id, from);
                 Ok(())
             }
             Event::Complete { id, attempt } | Event::Fail { id, attempt, .. } => {
@@ -504,6 +509,7 @@ impl State {
                 if live {
                     assert!(matches!(job.state, JobState::Running | JobState::Ready));
                     self.drop_timer(&job);
+                    self.left_ready(id, job.state);
                 }
                 if job.far_copy {
                     self.far_gone.insert(id);
@@ -869,6 +875,18 @@ impl State {
         let tenant = self.tenant_of(id);
         if let Some(fair) = self.fair.as_mut() {
             fair.stopped(tenant);
+        }
+    }
+
+    /// With fairness on: a ready job stopped being ready other than by a claim (`from` is the
+    /// state it left): cancelled, rescheduled, paused, or finished by the claim whose lease
+    /// ran out. Its id fed into the channel no longer counts against its tenant's limit (nobody
+    /// may ever look at it: the worker that took it may have died), and it is queued anew
+    /// when it is ready again. An id still waiting in its tenant's queue is dropped when the
+    /// round-robin reaches it.
+    fn left_ready(&mut self, id: JobId, from: JobState) {
+        if from == JobState::Ready {
+            self.taken(id, false);
         }
     }
 

@@ -41,7 +41,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use timewheel::{
-    Backoff, Claimed, DeadJob, DeadQuery, Engine, Error, JobId, JobInfo, JobSpec, JobState, Outcome,
+    Backoff, Claimed, DeadJob, DeadQuery, Engine, Error, JobId, JobInfo, JobSpec, JobState,
+    Misfire, Outcome, PAUSED_DUE_MS, Recurrence,
 };
 
 /// An oracle violation: what went wrong, for the failure report.
@@ -84,6 +85,8 @@ fn error_text(e: Option<u8>) -> Option<&'static str> {
 /// One job to schedule, with an absolute due time.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Spec {
+    /// The due time; for a recurring job, its first occurrence after the clock's reading at
+    /// the call (the model's own [`Recur::next_after`]: the engine computes it).
     pub due_ms: u64,
     pub payload: Vec<u8>,
     pub binary: bool,
@@ -92,10 +95,158 @@ pub struct Spec {
     /// The job's own retry policy (`JobSpec::max_attempts`, `JobSpec::backoff`); `None`: the
     /// engine's `Config::retry`.
     pub policy: Option<(u32, Backoff)>,
+    /// Its tenant (`JobSpec::tenant`).
+    pub tenant: u32,
+    /// A recurring job (`JobSpec::recurring`, `JobSpec::misfire`).
+    pub recur: Option<Recur>,
+}
+
+/// A recurring job's schedule as the model knows it: the occurrences and the misfire policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recur {
+    pub kind: RecurKind,
+    pub misfire: Misfire,
+}
+
+/// The occurrences of a recurring job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecurKind {
+    /// `anchor_ms + k * interval_ms`, `k >= 0`.
+    Every { interval_ms: u64, anchor_ms: u64 },
+    /// A cron expression in a time zone; the model's next occurrence comes from the driver's
+    /// [`CronNext`] (the simulation's asks croner directly).
+    Cron {
+        expr: &'static str,
+        zone: &'static str,
+    },
+}
+
+/// The driver's cron searches (the model has no cron parser of its own).
+#[derive(Debug, Clone, Copy)]
+pub struct CronNext {
+    /// The first occurrence of an expression in a zone strictly after an instant (ms).
+    pub next: fn(&str, &str, u64) -> Option<u64>,
+    /// The last occurrence at or before an instant, where the driver can tell it cheaply
+    /// (`None`: walk forward instead).
+    pub prev: fn(&str, &str, u64) -> Option<u64>,
+}
+
+/// The most occurrences a `FireAll` misfire looks at (docs/lifecycle.md): a cron schedule that
+/// missed more coalesces instead.
+pub const MISFIRE_WALK_MAX: u64 = 100_000;
+
+impl Recur {
+    /// The recurrence as the engine's API builds it.
+    pub fn recurrence(&self) -> Recurrence {
+        match self.kind {
+            RecurKind::Every {
+                interval_ms,
+                anchor_ms,
+            } => Recurrence::every(interval_ms, anchor_ms).expect("a valid interval"),
+            RecurKind::Cron { expr, zone } => {
+                Recurrence::cron(expr, zone).expect("a valid expression")
+            }
+        }
+    }
+
+    /// The first occurrence strictly after `after_ms`: arithmetic for an interval, the
+    /// driver's cron search for an expression.
+    pub fn next_after(&self, after_ms: u64, cron: CronNext) -> u64 {
+        match self.kind {
+            RecurKind::Every {
+                interval_ms,
+                anchor_ms,
+            } => {
+                if after_ms < anchor_ms {
+                    anchor_ms
+                } else {
+                    anchor_ms + ((after_ms - anchor_ms) / interval_ms + 1) * interval_ms
+                }
+            }
+            RecurKind::Cron { expr, zone } => {
+                (cron.next)(expr, zone, after_ms).expect("the simulation's crons always recur")
+            }
+        }
+    }
+
+    /// When the job is due next after its occurrence due at `prev_ms` ended (completed,
+    /// failed for good, or skipped) at `now_ms`, as docs/lifecycle.md's misfire table says:
+    /// `Coalesce` and `Skip` go on to the first occurrence after both; `FireAll { b }` to the
+    /// first occurrence after `prev_ms` if it is still ahead, else to the earliest of the `b`
+    /// most recent occurrences missed (those up to `now_ms`), older ones skipped; a cron
+    /// schedule with more than [`MISFIRE_WALK_MAX`] missed coalesces. The second value tells
+    /// whether occurrences after `prev_ms` were missed (passed over, or some for `FireAll`).
+    pub fn next_due(&self, prev_ms: u64, now_ms: u64, cron: CronNext) -> (u64, u64) {
+        let first = self.next_after(prev_ms, cron);
+        match self.misfire {
+            Misfire::Coalesce | Misfire::Skip => {
+                let next = self.next_after(now_ms.max(prev_ms), cron);
+                (next, u64::from(first <= now_ms))
+            }
+            Misfire::FireAll { backfill_max } => {
+                if first > now_ms {
+                    return (first, 0);
+                }
+                let b = u64::from(backfill_max);
+                match self.kind {
+                    RecurKind::Every {
+                        interval_ms,
+                        anchor_ms,
+                    } => {
+                        // Missed: occurrences k_first ..= k_last.
+                        let k_first = (first - anchor_ms) / interval_ms;
+                        let k_last = (now_ms - anchor_ms) / interval_ms;
+                        let missed = k_last - k_first + 1;
+                        if b == 0 {
+                            return (self.next_after(now_ms, cron), missed);
+                        }
+                        let k = k_first.max((k_last + 1).saturating_sub(b));
+                        (anchor_ms + k * interval_ms, k - k_first)
+                    }
+                    RecurKind::Cron { expr, zone } => {
+                        // A five-field expression fires at most once a minute: fewer than the
+                        // walk's limit missed, and the driver can search back, is found from
+                        // `now_ms` backwards.
+                        let five = expr.split_whitespace().count() == 5;
+                        let few = (now_ms - first) / 60_000 < MISFIRE_WALK_MAX;
+                        if five
+                            && few
+                            && b > 0
+                            && let Some(last) = (cron.prev)(expr, zone, now_ms)
+                        {
+                            let mut earliest = last;
+                            for _ in 1..b {
+                                match (cron.prev)(expr, zone, earliest - 1) {
+                                    Some(p) if p >= first => earliest = p,
+                                    _ => break,
+                                }
+                            }
+                            return (earliest.max(first), 1);
+                        }
+                        let mut missed = Vec::new();
+                        let mut at = first;
+                        while at <= now_ms {
+                            if missed.len() as u64 == MISFIRE_WALK_MAX {
+                                // Too many to walk: coalesced.
+                                return (self.next_after(now_ms, cron), MISFIRE_WALK_MAX);
+                            }
+                            missed.push(at);
+                            at = self.next_after(at, cron);
+                        }
+                        if b == 0 {
+                            return (at, missed.len() as u64);
+                        }
+                        let i = missed.len().saturating_sub(b as usize);
+                        (missed[i], i as u64)
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl Spec {
-    /// A spec without a key or a policy of its own.
+    /// A spec without a key, a policy, a tenant or a recurrence of its own.
     pub fn plain(due_ms: u64, payload: Vec<u8>, binary: bool) -> Spec {
         Spec {
             due_ms,
@@ -103,13 +254,20 @@ impl Spec {
             binary,
             key: None,
             policy: None,
+            tenant: 0,
+            recur: None,
         }
     }
 
     pub fn job_spec(&self) -> JobSpec {
-        let mut s = JobSpec::at(self.due_ms)
+        let mut s = match &self.recur {
+            Some(r) => JobSpec::recurring(r.recurrence()).misfire(r.misfire),
+            None => JobSpec::at(self.due_ms),
+        };
+        s = s
             .payload(self.payload.clone())
-            .binary(self.binary);
+            .binary(self.binary)
+            .tenant(self.tenant);
         if let Some(k) = &self.key {
             s = s.key(k.clone());
         }
@@ -132,6 +290,12 @@ impl fmt::Debug for Spec {
         }
         if let Some((m, b)) = self.policy {
             write!(f, " attempts {m} backoff {}-{}", b.base_ms, b.cap_ms)?;
+        }
+        if self.tenant != 0 {
+            write!(f, " tenant {}", self.tenant)?;
+        }
+        if let Some(r) = &self.recur {
+            write!(f, " recurring {:?} {:?}", r.kind, r.misfire)?;
         }
         Ok(())
     }
@@ -258,10 +422,20 @@ pub struct Job {
     /// Its retry policy: its own, or the engine's default.
     pub max_attempts: u32,
     pub backoff: Backoff,
-    /// `Bury` records of this job the log surely holds.
+    /// `Bury` records of this job the log surely holds, and `Next` records of a failed
+    /// occurrence (both count in `Stats::failed`).
     buries: u32,
     /// A `Bury` of it was appended by a call that failed: recovery tells whether it holds.
     bury_unsure: bool,
+    /// Its tenant.
+    pub tenant: u32,
+    /// Its schedule, for a recurring job.
+    pub recur: Option<Recur>,
+    /// `Next` records of a completed occurrence the log surely holds (`Stats::completed`).
+    occurrences_done: u32,
+    /// `Next` records appended by a call that failed, with the state each leaves and whether
+    /// it counts as failed (else completed): recovery tells whether it holds.
+    next_unsure: Vec<(Alt, bool)>,
 }
 
 impl Job {
@@ -334,6 +508,30 @@ enum Change {
         expired: bool,
         reason: u8,
     },
+    /// A `Next` record: a recurring job's occurrence ended (`how`) and it waits for `due_ms`
+    /// (for the tally: occurrences were passed over under `Coalesce`, or the next is a missed
+    /// one under `FireAll`).
+    Next {
+        due_ms: u64,
+        how: NextHow,
+        coalesced: bool,
+        backfill: bool,
+    },
+}
+
+/// What a claim of a ready job may do: a change, with the state of the lease in the log it
+/// needs (`None`: either).
+type ClaimOption = (Option<bool>, Change);
+
+/// Why a recurring job's occurrence ended (the `Next` record's flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextHow {
+    /// Completed (no flag): counts in `Stats::completed`.
+    Completed,
+    /// Its last allowed attempt failed (`NEXT_FAILED`): counts in `Stats::failed`.
+    Failed,
+    /// Found too late at a claim under `Misfire::Skip` (`NEXT_SKIPPED`): not delivered.
+    Skipped,
 }
 
 /// How a schedule treats one spec's key.
@@ -360,6 +558,27 @@ pub struct Tally {
     pub extends: u64,
     /// Schedules that named a held key.
     pub deduplicated: u64,
+    /// Recurring jobs' occurrences fired by the timers (scheduled to ready).
+    pub occurrences_fired: u64,
+    /// `Next` records applied: the next occurrence scheduled (completed, failed, skipped).
+    pub nexts: u64,
+    /// Of those: completions that passed over missed occurrences under `Coalesce`...
+    pub misfire_coalesced: u64,
+    /// ... occurrences skipped at a claim under `Skip` (`NEXT_SKIPPED`)...
+    pub misfire_skipped: u64,
+    /// ... and completions under `FireAll` whose next occurrence is a missed one (backfill).
+    pub misfire_backfilled: u64,
+    /// `pause_schedule`, `resume_schedule`, `delete_schedule` that took effect.
+    pub pauses: u64,
+    pub resumes: u64,
+    pub deletes: u64,
+    /// `reschedule_by_key` that took effect.
+    pub reschedules_by_key: u64,
+    /// Fairness: tenants left with ready jobs queued because they were at their running limit,
+    /// counted at each feed of the ready channel.
+    pub tenant_limited: u64,
+    /// Fairness: ids fed into the ready channel.
+    pub fed: u64,
 }
 
 /// The oracle.
@@ -410,6 +629,113 @@ pub struct Model {
     /// Jobs whose `may` may collapse at the next sync.
     dirty: Vec<u64>,
     append_seq: u64,
+    /// The cron search the driver gives (see [`Model::with_cron`]).
+    cron_next: CronNext,
+    /// With `Config::fair_tenants`: the tenants' queues (see [`Fair`]).
+    pub fair: Option<Fair>,
+    /// The engine's `Config::misfire_threshold_ms`.
+    pub misfire_threshold_ms: u64,
+}
+
+fn no_cron(_: &str, _: &str, _: u64) -> Option<u64> {
+    panic!("this driver has no cron model (Model::with_cron)")
+}
+
+const NO_CRON: CronNext = CronNext {
+    next: no_cron,
+    prev: no_cron,
+};
+
+/// The fairness rules of docs/lifecycle.md ("Tenant fairness"), as the model follows them.
+///
+/// A job that becomes ready (fired, its lease ran out, missed at an open) waits in its
+/// tenant's queue, unless its id is there or in the channel already. The ready channel is fed
+/// from the queues, a tenant's in its order, at most `depth` ids in the channel, and a tenant
+/// with a running limit only while its running jobs plus its ids fed and not yet looked at by
+/// a claim are below it. A fed id counts against its tenant until a claim looks at it, its job
+/// stops being ready another way (cancelled, rescheduled, paused, finished by an older claim),
+/// or, still ready and unclaimed, it was fed at least a lease ago when its claim deadline
+/// comes (then it is queued again behind the tenant's others). The channel is fed where the
+/// engine does it: each timer pass that made a job ready or requeued one, each claim call, and
+/// each finish, cancel or reschedule that changed a job.
+///
+/// Exact but for two things the documentation leaves open, which the model follows as sets:
+/// the order among jobs made ready by one timer pass (the wheel fires equal due times in no
+/// particular order; the open's order is exact: due, then id), and which tenants are served
+/// when the channel's depth, not their limits, stops the feeding. A queue also holds the ids
+/// of jobs that stopped being ready until a feeding reaches them (dropped then): the model
+/// keeps those as "maybe still there", known gone once a feeding emptied the queue.
+#[derive(Debug, Clone)]
+pub struct Fair {
+    pub depth: usize,
+    pub running_max: u32,
+    pub limits: BTreeMap<u32, u32>,
+    pub queues: BTreeMap<u32, TenantQueue>,
+    /// The order of enqueues: one value per timer pass, one per job at an open.
+    stamp: u64,
+    /// A feeding is due at the end of the current call.
+    refill_due: bool,
+    /// A feeding may have happened in the current call (a failed call whose change, if
+    /// applied, left the job as it was: whether it was applied, and fed, is not known).
+    refill_maybe: bool,
+}
+
+/// One tenant's queue and its fed ids.
+#[derive(Debug, Clone, Default)]
+pub struct TenantQueue {
+    /// Ready jobs waiting in the queue, with the stamp of their enqueue (0: a job whose id
+    /// may still have sat in the queue from before: its place is not known).
+    pub waiting: BTreeMap<u64, u64>,
+    /// Ids of jobs no longer ready that may still sit in the queue.
+    pub maybe: BTreeSet<u64>,
+    /// Ids fed and not yet looked at by a claim, with the time they were fed.
+    pub fed: BTreeMap<u64, u64>,
+}
+
+impl Fair {
+    pub fn new(depth: usize, running_max: u32, limits: BTreeMap<u32, u32>) -> Fair {
+        Fair {
+            depth,
+            running_max,
+            limits,
+            queues: BTreeMap::new(),
+            stamp: 1,
+            refill_due: false,
+            refill_maybe: false,
+        }
+    }
+
+    pub fn limit(&self, tenant: u32) -> u32 {
+        self.limits
+            .get(&tenant)
+            .copied()
+            .unwrap_or(self.running_max)
+    }
+
+    /// A job of `tenant` became ready, in the enqueue order `stamp`.
+    fn enqueue(&mut self, tenant: u32, id: u64, stamp: u64) {
+        let q = self.queues.entry(tenant).or_default();
+        if q.fed.contains_key(&id) || q.waiting.contains_key(&id) {
+            return;
+        }
+        // Still in the queue (then at its old place) or dropped (then at the back).
+        let stamp = if q.maybe.remove(&id) { 0 } else { stamp };
+        q.waiting.insert(id, stamp);
+    }
+
+    /// A ready job of `tenant` stopped being ready: a claim took it, or something else.
+    fn left(&mut self, tenant: u32, id: u64) {
+        let q = self.queues.entry(tenant).or_default();
+        q.fed.remove(&id);
+        if q.waiting.remove(&id).is_some() {
+            q.maybe.insert(id);
+        }
+    }
+
+    fn next_stamp(&mut self) -> u64 {
+        self.stamp += 1;
+        self.stamp
+    }
 }
 
 impl Model {
@@ -440,7 +766,28 @@ impl Model {
             counters: Counters::default(),
             dirty: Vec::new(),
             append_seq: 0,
+            cron_next: NO_CRON,
+            fair: None,
+            misfire_threshold_ms: 60_000,
         }
+    }
+
+    /// Cron schedules' occurrences come from `cron` (the model itself has no cron parser).
+    pub fn with_cron(mut self, cron: CronNext) -> Model {
+        self.cron_next = cron;
+        self
+    }
+
+    /// The engine runs with `Config::fair_tenants` (`fair`'s depth and limits).
+    pub fn with_fair(mut self, fair: Fair) -> Model {
+        self.fair = Some(fair);
+        self
+    }
+
+    /// The engine's `Config::misfire_threshold_ms`.
+    pub fn with_misfire_threshold(mut self, ms: u64) -> Model {
+        self.misfire_threshold_ms = ms;
+        self
     }
 
     /// The engine's `Config::retry` is `policy` (the default is `RetryPolicy::default()`).
@@ -496,6 +843,17 @@ impl Model {
     /// Replaces a job's picture in memory, keeping the counts per state.
     fn set_live(&mut self, id: u64, new: Option<Live>) {
         let job = self.jobs.get_mut(&id).expect("a known job");
+        let was_ready = job
+            .live
+            .as_ref()
+            .is_some_and(|l| l.state == JobState::Ready);
+        let is_ready = new.as_ref().is_some_and(|l| l.state == JobState::Ready);
+        if was_ready
+            && !is_ready
+            && let Some(fair) = self.fair.as_mut()
+        {
+            fair.left(job.tenant, id);
+        }
         if let Some(l) = &job.live {
             self.in_state[state_index(l.state)] -= 1;
         }
@@ -633,6 +991,14 @@ impl Model {
                     expired,
                     reason,
                 }),
+                Change::Next { due_ms, .. } => Alt::Present(Logged {
+                    due_ms,
+                    due_hi_ms: due_ms,
+                    attempt: l.attempt,
+                    lease_open: false,
+                    failures: 0,
+                    last_error: None,
+                }),
             });
         }
         alts.dedup();
@@ -653,6 +1019,22 @@ impl Model {
                 job.buries += 1;
             } else if fault == Some(Fault::Unknown) {
                 job.bury_unsure = true;
+            }
+        }
+        if let Change::Next { how, .. } = change
+            && how != NextHow::Skipped
+        {
+            let job = self.jobs.get_mut(&id).expect("known");
+            let failed = how == NextHow::Failed;
+            if applied && fault.is_none() {
+                if failed {
+                    job.buries += 1;
+                } else {
+                    job.occurrences_done += 1;
+                }
+            } else if fault == Some(Fault::Unknown) {
+                let alt = *alts.last().expect("a Next leaves one state");
+                job.next_unsure.push((alt, failed));
             }
         }
         if !applied {
@@ -735,6 +1117,30 @@ impl Model {
                 );
                 None
             }
+            Change::Next {
+                due_ms,
+                how,
+                coalesced,
+                backfill,
+            } => {
+                self.tally.misfire_coalesced += u64::from(coalesced);
+                self.tally.misfire_backfilled += u64::from(backfill);
+                match how {
+                    NextHow::Completed => self.counters.completed += 1,
+                    NextHow::Failed => self.counters.failed += 1,
+                    NextHow::Skipped => self.tally.misfire_skipped += 1,
+                }
+                self.tally.nexts += 1;
+                Some(Live {
+                    state: JobState::Scheduled,
+                    due_ms,
+                    failures: 0,
+                    last_error: None,
+                    lease_open: Some(false),
+                    deadline_alt_ms: None,
+                    ..l
+                })
+            }
         };
         self.set_live(id, next);
     }
@@ -816,6 +1222,10 @@ impl Model {
             backoff,
             buries: 0,
             bury_unsure: false,
+            tenant: spec.tenant,
+            recur: spec.recur.clone(),
+            occurrences_done: 0,
+            next_unsure: Vec::new(),
         }
     }
 
@@ -1046,6 +1456,7 @@ impl Model {
                     self.learn_lease(id, info.as_ref())?;
                     self.change(id, change, true, None);
                     self.synced_all();
+                    self.refill_due();
                 }
             }
             Err(Fault::NotOpen) => {}
@@ -1056,15 +1467,127 @@ impl Model {
                     }
                     return Ok(());
                 }
+                // A reschedule of a waiting job to its own due time looks applied either way.
+                let noop = self.live(id).is_some_and(|l| {
+                    l.state == JobState::Scheduled
+                        && matches!(change, Change::Reschedule(d) if d == l.due_ms)
+                });
                 let info = engine.get(JobId(id));
-                let applied = applied(info.as_ref());
+                // `NoSpace` wrote nothing, so applied nothing (the job may look as if: a resume
+                // of a job already at its next occurrence).
+                let applied = f != Fault::NothingWritten && applied(info.as_ref());
                 if applied {
                     self.learn_lease(id, info.as_ref())?;
+                    if noop {
+                        if let Some(fair) = self.fair.as_mut() {
+                            fair.refill_maybe = true;
+                        }
+                    } else {
+                        self.refill_due();
+                    }
                 }
                 self.change(id, change, applied, Some(f));
             }
         }
         Ok(())
+    }
+
+    /// Whether `id` is a recurring job in the engine's memory.
+    pub fn recurring(&self, id: u64) -> bool {
+        self.jobs
+            .get(&id)
+            .is_some_and(|j| j.live.is_some() && j.recur.is_some())
+    }
+
+    /// Ids of the recurring jobs in memory, in id order.
+    pub fn recurring_ids(&self) -> Vec<u64> {
+        self.jobs
+            .iter()
+            .filter(|(_, j)| j.live.is_some() && j.recur.is_some())
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    /// A schedule call (`pause_schedule`, `resume_schedule`, `delete_schedule`) of a job that
+    /// does not recur: `NotFound`, without a look at anything else (also on an engine that
+    /// refuses calls).
+    fn not_recurring(
+        &self,
+        what: &str,
+        id: u64,
+        r: &Result<Outcome, Fault>,
+    ) -> Result<(), Violation> {
+        match r {
+            Ok(Outcome::NotFound) => Ok(()),
+            other => bail!("{what} of job {id}, which does not recur, returned {other:?}"),
+        }
+    }
+
+    /// `pause_schedule(id)` returned `r`: a reschedule to `PAUSED_DUE_MS`.
+    pub fn pause(
+        &mut self,
+        id: u64,
+        r: Result<Outcome, Fault>,
+        engine: &Engine,
+    ) -> Result<(), Violation> {
+        if !self.recurring(id) {
+            return self.not_recurring("pause_schedule", id, &r);
+        }
+        self.tally.pauses += u64::from(matches!(r, Ok(Outcome::Done)));
+        self.reschedule(id, PAUSED_DUE_MS, r, engine)
+    }
+
+    /// `resume_schedule(id)` returned `r`: a reschedule to the first occurrence after the
+    /// clock's reading (missed ones are not fired), paused or not.
+    pub fn resume(
+        &mut self,
+        id: u64,
+        r: Result<Outcome, Fault>,
+        engine: &Engine,
+    ) -> Result<(), Violation> {
+        if !self.recurring(id) {
+            return self.not_recurring("resume_schedule", id, &r);
+        }
+        let recur = self.jobs[&id].recur.clone().expect("recurring");
+        let next = recur.next_after(self.clock_ms, self.cron_next);
+        self.tally.resumes += u64::from(matches!(r, Ok(Outcome::Done)));
+        self.reschedule(id, next, r, engine)
+    }
+
+    /// `delete_schedule(id)` returned `r`: a cancel.
+    pub fn delete(
+        &mut self,
+        id: u64,
+        r: Result<Outcome, Fault>,
+        engine: &Engine,
+    ) -> Result<(), Violation> {
+        if !self.recurring(id) {
+            return self.not_recurring("delete_schedule", id, &r);
+        }
+        self.tally.deletes += u64::from(matches!(r, Ok(Outcome::Done)));
+        self.cancel(id, r, engine)
+    }
+
+    /// `reschedule_by_key(key, due_ms)` returned `r`: a reschedule of the key's holder, or
+    /// `NotFound` (without a look at anything else) when no job holds it.
+    pub fn reschedule_by_key(
+        &mut self,
+        key: &[u8],
+        due_ms: u64,
+        r: Result<Outcome, Fault>,
+        engine: &Engine,
+    ) -> Result<(), Violation> {
+        self.key_space.insert(key.to_vec());
+        match self.keys.get(key) {
+            Some(&id) => {
+                self.tally.reschedules_by_key += u64::from(matches!(r, Ok(Outcome::Done)));
+                self.reschedule(id, due_ms, r, engine)
+            }
+            None => match r {
+                Ok(Outcome::NotFound) => Ok(()),
+                other => bail!("reschedule_by_key of a key no job holds returned {other:?}"),
+            },
+        }
     }
 
     /// `cancel(id)` returned `r`.
@@ -1124,17 +1647,105 @@ impl Model {
             .collect()
     }
 
-    /// What a claim of a ready job does: a claim (`Some(false)`), a burial because the lease
-    /// ran out on the last attempt allowed (`Some(true)`), or either when the log's lease is
-    /// unknown (`None`).
-    fn claim_buries(&self, id: u64) -> Option<bool> {
+    /// A recurring job's `Next` after its occurrence ended at `now` (`how`).
+    fn next_change(&self, id: u64, now: u64, how: NextHow) -> Change {
+        let job = &self.jobs[&id];
+        let r = job.recur.as_ref().expect("a recurring job");
+        let l = job.live.as_ref().expect("live");
+        let (due_ms, passed) = r.next_due(l.due_ms, now, self.cron_next);
+        Change::Next {
+            due_ms,
+            how,
+            coalesced: r.misfire == Misfire::Coalesce && passed > 0,
+            backfill: matches!(r.misfire, Misfire::FireAll { .. }) && due_ms <= now,
+        }
+    }
+
+    /// What a claim at `now` does to a ready job whose lease the log holds open (`open`) or
+    /// not: the last attempt allowed ran out (a burial, or for a recurring job its next
+    /// occurrence, as a failed one); an occurrence found more than the misfire threshold late
+    /// under `Misfire::Skip` (skipped to the next); else a claim (an `Expire` first if open).
+    fn claim_change(&self, id: u64, open: bool, now: u64, lease_until_ms: u64) -> Change {
         let job = &self.jobs[&id];
         let l = job.live.as_ref().expect("ready");
-        let last = l.failures + 1 >= job.max_attempts;
-        match l.lease_open {
-            Some(open) => Some(open && last),
-            None if last => None,
-            None => Some(false),
+        if open && l.failures + 1 >= job.max_attempts {
+            return match job.recur {
+                Some(_) => self.next_change(id, now, NextHow::Failed),
+                None => Change::Bury {
+                    at_ms: now,
+                    expired: true,
+                    reason: REASON_EXPIRED,
+                },
+            };
+        }
+        if !open
+            && job
+                .recur
+                .as_ref()
+                .is_some_and(|r| r.misfire == Misfire::Skip)
+            && l.due_ms.saturating_add(self.misfire_threshold_ms) < now
+        {
+            return self.next_change(id, now, NextHow::Skipped);
+        }
+        Change::Claim { lease_until_ms }
+    }
+
+    /// What a claim of a ready job may do: one change per state its lease may have in the log
+    /// (a claim whatever the lease is listed once, with the lease unknown).
+    fn claim_options(&self, id: u64, now: u64, lease_until_ms: u64) -> Vec<ClaimOption> {
+        let l = self.live(id).expect("ready");
+        let opens: &[bool] = match l.lease_open {
+            Some(true) => &[true],
+            Some(false) => &[false],
+            None => &[true, false],
+        };
+        let mut out: Vec<ClaimOption> = Vec::new();
+        for &open in opens {
+            let change = self.claim_change(id, open, now, lease_until_ms);
+            if matches!(change, Change::Claim { .. }) {
+                if !out.iter().any(|(_, c)| matches!(c, Change::Claim { .. })) {
+                    out.push((l.lease_open, change));
+                }
+            } else {
+                out.push((Some(open), change));
+            }
+        }
+        out
+    }
+
+    /// Which of a claim's non-claim options (a burial, a next occurrence) the engine shows
+    /// applied, if any.
+    fn unclaimed_option(
+        &self,
+        id: u64,
+        options: &[ClaimOption],
+        engine: &Engine,
+    ) -> Option<ClaimOption> {
+        let l = self.live(id).expect("ready");
+        let info = engine.get(JobId(id));
+        let dead = engine.dead_letter(JobId(id)).is_some();
+        let matching: Vec<ClaimOption> = options
+            .iter()
+            .filter(|(_, c)| match *c {
+                Change::Bury { .. } => info.is_none() && dead,
+                Change::Next { due_ms, .. } => info.as_ref().is_some_and(|i| {
+                    (i.state, i.due_ms, i.attempt, i.failures)
+                        == (JobState::Scheduled, due_ms, l.attempt, 0)
+                }),
+                _ => false,
+            })
+            .copied()
+            .collect();
+        match matching.len() {
+            0 => None,
+            1 => Some(matching[0]),
+            _ => {
+                // A failed occurrence or a skipped one, due alike: the failed one counts.
+                let failed = engine.stats().failed > self.counters.failed;
+                matching.into_iter().find(|(_, c)| {
+                    matches!(c, Change::Next { how, .. } if (*how == NextHow::Failed) == failed)
+                })
+            }
         }
     }
 
@@ -1159,48 +1770,46 @@ impl Model {
         let lease_until_ms = now.saturating_add(self.lease_ms);
         // A job named twice is claimed the first time only (checked against the state before).
         let mut seen = BTreeSet::new();
-        let expect: Vec<bool> = ids
+        let options: Vec<Option<Vec<ClaimOption>>> = ids
             .iter()
             .map(|id| {
-                self.live(id.0).is_some_and(|l| l.state == JobState::Ready) && seen.insert(id.0)
+                (self.live(id.0).is_some_and(|l| l.state == JobState::Ready) && seen.insert(id.0))
+                    .then(|| self.claim_options(id.0, now, lease_until_ms))
             })
             .collect();
-        let claim = Change::Claim { lease_until_ms };
-        let bury = Change::Bury {
-            at_ms: now,
-            expired: true,
-            reason: REASON_EXPIRED,
-        };
         match r {
             Ok(got) => {
                 if got.len() != ids.len() {
                     bail!("claim of {} ids returned {} answers", ids.len(), got.len());
                 }
                 let mut any = false;
-                for ((id, c), want) in ids.iter().zip(&got).zip(&expect) {
-                    let buries = want.then(|| self.claim_buries(id.0));
-                    match (c, buries) {
+                for ((id, c), opts) in ids.iter().zip(&got).zip(&options) {
+                    let claims = opts
+                        .as_ref()
+                        .is_some_and(|o| o.iter().any(|(_, c)| matches!(c, Change::Claim { .. })));
+                    match (c, opts) {
                         (None, None) => {}
-                        (None, Some(Some(true) | None)) => {
-                            // Buried instead of claimed: the lease was open in the log.
-                            if engine.dead_letter(*id).is_none() {
-                                bail!(
-                                    "claim of job {id} returned None; the model says it is buried"
-                                );
-                            }
-                            self.set_lease(id.0, Some(true));
-                            self.change(id.0, bury, true, None);
-                            any = true;
-                        }
-                        (Some(c), Some(Some(false) | None)) => {
+                        (Some(c), Some(_)) if claims => {
                             let info = engine.get(*id);
                             self.learn_lease(id.0, info.as_ref())?;
                             self.check_claimed(id.0, c, lease_until_ms)?;
-                            self.change(id.0, claim, true, None);
+                            self.change(id.0, Change::Claim { lease_until_ms }, true, None);
+                            any = true;
+                        }
+                        (None, Some(o)) => {
+                            let Some((open, change)) = self.unclaimed_option(id.0, o, engine)
+                            else {
+                                bail!(
+                                    "claim of job {id} returned None; the model says {o:?} ({:?})",
+                                    self.jobs.get(&id.0).map(|j| (&j.may, &j.live))
+                                );
+                            };
+                            self.set_lease(id.0, open);
+                            self.change(id.0, change, true, None);
                             any = true;
                         }
                         (c, _) => bail!(
-                            "claim of job {id} returned {:?}; the model has {:?}",
+                            "claim of job {id} returned {:?}; the model has {:?} (options {opts:?})",
                             c.as_ref().map(|c| c.attempt),
                             self.jobs
                                 .get(&id.0)
@@ -1211,38 +1820,46 @@ impl Model {
                 if any {
                     self.synced_all();
                 }
+                self.refill_due();
             }
             Err(f) => {
-                for (id, want) in ids.iter().zip(&expect) {
-                    if !want {
+                let mut applied = false;
+                for (id, opts) in ids.iter().zip(&options) {
+                    let Some(opts) = opts else {
                         continue;
-                    }
+                    };
                     let attempt = self.live(id.0).expect("ready").attempt;
                     let info = engine.get(*id);
                     let claimed = info
                         .as_ref()
                         .is_some_and(|i| i.state == JobState::Running && i.attempt == attempt + 1);
-                    let buried = info.is_none() && engine.dead_letter(*id).is_some();
-                    match self.claim_buries(id.0) {
-                        _ if claimed => {
-                            self.learn_lease(id.0, info.as_ref())?;
-                            self.change(id.0, claim, true, Some(f));
-                        }
-                        _ if buried => {
-                            self.set_lease(id.0, Some(true));
-                            self.change(id.0, bury, true, Some(f));
-                        }
-                        Some(true) => self.change(id.0, bury, false, Some(f)),
-                        Some(false) => self.change(id.0, claim, false, Some(f)),
-                        None => {
-                            self.change(id.0, claim, false, Some(f));
-                            self.change(id.0, bury, false, Some(f));
+                    if claimed {
+                        self.learn_lease(id.0, info.as_ref())?;
+                        self.change(id.0, Change::Claim { lease_until_ms }, true, Some(f));
+                        applied = true;
+                    } else if let Some((open, change)) = self.unclaimed_option(id.0, opts, engine) {
+                        self.set_lease(id.0, open);
+                        self.change(id.0, change, true, Some(f));
+                        applied = true;
+                    } else {
+                        for &(_, change) in opts {
+                            self.change(id.0, change, false, Some(f));
                         }
                     }
+                }
+                if applied {
+                    self.refill_due();
                 }
             }
         }
         Ok(())
+    }
+
+    /// The engine feeds the ready channel at the end of this call (with fairness on).
+    fn refill_due(&mut self) {
+        if let Some(f) = self.fair.as_mut() {
+            f.refill_due = true;
+        }
     }
 
     fn set_lease(&mut self, id: u64, open: Option<bool>) {
@@ -1337,6 +1954,12 @@ impl Model {
                 }
             })
             .collect();
+        // A recurring job's completion is its `Next`; a finish does not move the engine's time.
+        let now = self.peek_now();
+        let completion = |m: &Model, id: u64| match m.jobs[&id].recur {
+            Some(_) => m.next_change(id, now, NextHow::Completed),
+            None => Change::Complete,
+        };
         match r {
             Ok(got) => {
                 if got.len() != claims.len() {
@@ -1353,7 +1976,8 @@ impl Model {
                         (false, Answer::Either) => self.set_lease(c.id.0, Some(false)),
                         (true, Answer::Yes | Answer::Either) => {
                             self.set_lease(c.id.0, Some(true));
-                            self.change(c.id.0, Change::Complete, true, None);
+                            let change = completion(self, c.id.0);
+                            self.change(c.id.0, change, true, None);
                             any = true;
                         }
                         (ok, want) => bail!(
@@ -1367,18 +1991,32 @@ impl Model {
                 }
                 if any {
                     self.synced_all();
+                    self.refill_due();
                 }
             }
             Err(f) => {
+                let mut any = false;
                 for (c, want) in claims.iter().zip(&expect) {
                     if *want == Answer::No {
                         continue;
                     }
-                    let applied = engine.get(c.id).is_none();
+                    let change = completion(self, c.id.0);
+                    let info = engine.get(c.id);
+                    let applied = match change {
+                        Change::Next { due_ms, .. } => info.is_some_and(|i| {
+                            (i.state, i.due_ms, i.attempt)
+                                == (JobState::Scheduled, due_ms, c.attempt)
+                        }),
+                        _ => info.is_none(),
+                    };
                     if applied {
                         self.set_lease(c.id.0, Some(true));
+                        any = true;
                     }
-                    self.change(c.id.0, Change::Complete, applied, Some(f));
+                    self.change(c.id.0, change, applied, Some(f));
+                }
+                if any {
+                    self.refill_due();
                 }
             }
         }
@@ -1417,6 +2055,10 @@ impl Model {
                         failed: Some(reason),
                     }
                 }
+                // A recurring job is never dead: its next occurrence, as a failed one.
+                Ending::Fail { .. } if job.recur.is_some() => {
+                    self.next_change(id, t, NextHow::Failed)
+                }
                 Ending::Fail { reason, .. } => Change::Bury {
                     at_ms: t,
                     expired: false,
@@ -1452,7 +2094,13 @@ impl Model {
                 Change::Bury { .. } => {
                     (info.is_none() && engine.dead_letter(c.id).is_some()).then_some(change)
                 }
-                _ => unreachable!("an ending retries or buries"),
+                Change::Next { due_ms, .. } => info
+                    .is_some_and(|i| {
+                        (i.state, i.due_ms, i.attempt, i.failures)
+                            == (JobState::Scheduled, due_ms, c.attempt, 0)
+                    })
+                    .then_some(change),
+                _ => unreachable!("an ending retries, buries or moves on"),
             })
         };
         match r {
@@ -1472,6 +2120,7 @@ impl Model {
                     };
                     self.change(id, applied, true, None);
                     self.synced_all();
+                    self.refill_due();
                 }
                 (ok, want) => bail!(
                     "{ending:?} of job {id} attempt {} answered {ok}; the model says {want:?} \
@@ -1488,6 +2137,7 @@ impl Model {
                     Some(applied) => {
                         self.set_lease(id, Some(true));
                         self.change(id, applied, true, Some(f));
+                        self.refill_due();
                     }
                     None => self.change(id, change, false, Some(f)),
                 }
@@ -1706,17 +2356,43 @@ impl Model {
     /// and one ready job each, so the requeues sent are the first `ready - queued` of them,
     /// counted before the run.
     pub fn run_timers(&mut self, drained: &[JobId]) -> Result<(), Violation> {
+        self.run_timers_on(drained, None)
+    }
+
+    /// [`Model::run_timers`]; with fairness on, `engine` shows which of two possible lease
+    /// deadlines held (the ready channel no longer does) and the tenants' figures.
+    pub fn run_timers_on(
+        &mut self,
+        drained: &[JobId],
+        engine: Option<&Engine>,
+    ) -> Result<(), Violation> {
         let now = self.observe();
         let lease = self.lease_ms;
         let room =
             self.in_state[state_index(JobState::Ready)].saturating_sub(self.queue.len() as u64);
         // A lease whose extension failed with an I/O error runs out at one of two deadlines:
-        // whether its id came out tells which (a running job is sent only by its expiry).
-        let sent_now: BTreeSet<u64> = drained
-            .iter()
-            .skip(self.queue.len())
-            .map(|id| id.0)
-            .collect();
+        // whether its id came out tells which (a running job is sent only by its expiry);
+        // with fairness on, whether the engine shows it ready.
+        let fair = self.fair.is_some();
+        let sent_now: BTreeSet<u64> = if fair {
+            let engine = engine.expect("fairness needs the engine's view");
+            self.jobs
+                .iter()
+                .filter(|(_, j)| j.live.as_ref().is_some_and(|l| l.deadline_alt_ms.is_some()))
+                .filter(|&(&id, _)| {
+                    engine
+                        .get(JobId(id))
+                        .is_some_and(|i| i.state == JobState::Ready)
+                })
+                .map(|(&id, _)| id)
+                .collect()
+        } else {
+            drained
+                .iter()
+                .skip(self.queue.len())
+                .map(|id| id.0)
+                .collect()
+        };
         for (&id, job) in self.jobs.iter_mut() {
             let Some(l) = job.live.as_mut() else {
                 continue;
@@ -1751,6 +2427,7 @@ impl Model {
                     l.ready_at_ms = now;
                     l.deadline_ms = now + lease;
                     self.counters.fired += 1;
+                    self.tally.occurrences_fired += u64::from(job.recur.is_some());
                     sent.push(id);
                 }
                 JobState::Running if l.deadline_ms <= now => {
@@ -1770,6 +2447,9 @@ impl Model {
                 }
                 _ => {}
             }
+        }
+        if fair {
+            return self.fair_timers(&sent, &requeues, drained, engine.expect("checked"));
         }
         let sends = requeues.len().min(room as usize);
         // The channel is FIFO: what it held comes out first, in order.
@@ -1828,6 +2508,245 @@ impl Model {
         Ok(())
     }
 
+    /// The fair half of `run_timers`: the jobs made ready (`sent`) join their tenants' queues,
+    /// the ready ones whose claim deadline came (`requeues`) are queued again if fed at least
+    /// a lease ago, and the channel is fed if any of that happened.
+    fn fair_timers(
+        &mut self,
+        sent: &[u64],
+        requeues: &[u64],
+        drained: &[JobId],
+        engine: &Engine,
+    ) -> Result<(), Violation> {
+        let now = self.engine_now_ms;
+        let lease = self.lease_ms;
+        let tenants: Vec<(u64, u32)> = sent
+            .iter()
+            .chain(requeues)
+            .map(|&id| (id, self.jobs[&id].tenant))
+            .collect();
+        let fair = self.fair.as_mut().expect("fair");
+        let stamp = fair.next_stamp();
+        for &(id, tenant) in &tenants[..sent.len()] {
+            fair.enqueue(tenant, id, stamp);
+        }
+        for &(id, tenant) in &tenants[sent.len()..] {
+            let q = fair.queues.entry(tenant).or_default();
+            if let Some(&at) = q.fed.get(&id)
+                && now.saturating_sub(at) >= lease
+            {
+                // Whoever took its id did not claim it: queued again.
+                q.fed.remove(&id);
+                fair.enqueue(tenant, id, stamp);
+            }
+        }
+        fair.refill_due |= !tenants.is_empty();
+        self.fed(drained, engine)?;
+        // Never early, checked as a job fires, against the highest clock reading so far.
+        for id in drained {
+            if let Some(l) = self.live(id.0)
+                && l.due_ms > self.max_clock_ms
+            {
+                bail!(
+                    "job {id} fired early: due {} at clock {}",
+                    l.due_ms,
+                    self.max_clock_ms
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Running jobs per tenant in the engine's memory.
+    fn running_by_tenant(&self) -> BTreeMap<u32, u64> {
+        let mut out = BTreeMap::new();
+        for j in self.jobs.values() {
+            if j.live
+                .as_ref()
+                .is_some_and(|l| l.state == JobState::Running)
+            {
+                *out.entry(j.tenant).or_default() += 1;
+            }
+        }
+        out
+    }
+
+    /// With fairness on, after every call: the ids the call fed into the ready channel
+    /// (`drained`, all of it) are what the feeding rules allow, and the tenants' figures
+    /// (`Engine::tenant_stats`) are the model's. Without fairness, nothing.
+    pub fn fed(&mut self, drained: &[JobId], engine: &Engine) -> Result<(), Violation> {
+        if self.fair.is_none() {
+            return Ok(());
+        }
+        let now = self.engine_now_ms;
+        let running = self.running_by_tenant();
+        let tenant_of: Vec<(u64, u32)> = drained
+            .iter()
+            .map(|id| (id.0, self.jobs.get(&id.0).map_or(u32::MAX, |j| j.tenant)))
+            .collect();
+        let fair = self.fair.as_mut().expect("fair");
+        let maybe = std::mem::take(&mut fair.refill_maybe);
+        let due = std::mem::take(&mut fair.refill_due) || (maybe && !drained.is_empty());
+        if !due && !drained.is_empty() {
+            bail!("the ready channel was fed {drained:?} by a call that feeds nothing");
+        }
+        if due {
+            // Per tenant: the room its limit leaves, and what may be fed.
+            let mut plan: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+            for (&t, q) in &fair.queues {
+                let limit = u64::from(fair.limit(t));
+                let room = if limit == 0 {
+                    u64::MAX
+                } else {
+                    limit.saturating_sub(running.get(&t).copied().unwrap_or(0) + q.fed.len() as u64)
+                };
+                plan.insert(t, (room, room.min(q.waiting.len() as u64)));
+            }
+            let total: u64 = plan.values().map(|p| p.1).sum();
+            // The channel was empty when the call began (the drivers drain it after each).
+            let binds = total > fair.depth as u64;
+            let mut got: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+            for &(id, t) in &tenant_of {
+                if !fair
+                    .queues
+                    .get(&t)
+                    .is_some_and(|q| q.waiting.contains_key(&id))
+                {
+                    bail!(
+                        "the ready channel was fed job {id} (tenant {t}), which is not waiting in \
+                         its tenant's queue ({:?})",
+                        fair.queues.get(&t)
+                    );
+                }
+                got.entry(t).or_default().push(id);
+            }
+            if binds && drained.len() != fair.depth {
+                bail!(
+                    "the ready channel was fed {} ids; {total} could go and it holds {}",
+                    drained.len(),
+                    fair.depth
+                );
+            }
+            for (&t, &(room, n)) in &plan {
+                let ids = got.remove(&t).unwrap_or_default();
+                let k = ids.len() as u64;
+                if (!binds && k != n) || k > n {
+                    bail!(
+                        "tenant {t} (limit {}, running {}, fed {}) was fed {ids:?}; the model \
+                         says {n}{} of its {} waiting",
+                        fair.limit(t),
+                        running.get(&t).copied().unwrap_or(0),
+                        fair.queues[&t].fed.len(),
+                        if binds { " at most" } else { "" },
+                        fair.queues[&t].waiting.len()
+                    );
+                }
+                let q = fair.queues.get_mut(&t).expect("planned");
+                // Its queue's order: none left waiting was queued before one fed.
+                let fed_last = ids.iter().map(|id| q.waiting[id]).filter(|&s| s > 0).max();
+                let left_first = q
+                    .waiting
+                    .iter()
+                    .filter(|(id, _)| !ids.contains(id))
+                    .map(|(_, &s)| s)
+                    .filter(|&s| s > 0)
+                    .min();
+                if let (Some(a), Some(b)) = (fed_last, left_first)
+                    && a > b
+                {
+                    bail!(
+                        "tenant {t}: fed {ids:?} ahead of jobs queued before them ({:?})",
+                        q.waiting
+                    );
+                }
+                for id in &ids {
+                    q.waiting.remove(id);
+                    q.fed.insert(*id, now);
+                }
+                // Fed less than its room, the channel not filled: the queue was emptied,
+                // stale ids and all.
+                if drained.len() < fair.depth && k < room {
+                    q.maybe.clear();
+                }
+            }
+            if let Some((t, ids)) = got.into_iter().next() {
+                bail!("tenant {t} was fed {ids:?} with nothing queued");
+            }
+            self.tally.fed += drained.len() as u64;
+            let fair = self.fair.as_ref().expect("fair");
+            self.tally.tenant_limited += fair
+                .queues
+                .iter()
+                .filter(|&(&t, q)| {
+                    let limit = u64::from(fair.limit(t));
+                    !q.waiting.is_empty()
+                        && limit > 0
+                        && running.get(&t).copied().unwrap_or(0) + q.fed.len() as u64 >= limit
+                })
+                .count() as u64;
+        }
+        self.check_fair(engine)
+    }
+
+    /// Every ready job waits in its tenant's queue or is fed, and the engine's figures per
+    /// tenant are the model's (a queue's stale ids within what may be left of them).
+    fn check_fair(&mut self, engine: &Engine) -> Result<(), Violation> {
+        let running = self.running_by_tenant();
+        let fair = self.fair.as_mut().expect("fair");
+        for (&id, j) in &self.jobs {
+            if j.live.as_ref().is_some_and(|l| l.state == JobState::Ready) {
+                let q = fair.queues.get(&j.tenant);
+                if !q.is_some_and(|q| q.waiting.contains_key(&id) || q.fed.contains_key(&id)) {
+                    bail!(
+                        "ready job {id} is neither in tenant {}'s queue nor fed (model)",
+                        j.tenant
+                    );
+                }
+            }
+        }
+        let stats = engine.tenant_stats();
+        let mut listed = BTreeSet::new();
+        for t in &stats {
+            listed.insert(t.tenant);
+            let empty = TenantQueue::default();
+            let q = fair.queues.get(&t.tenant).unwrap_or(&empty);
+            let (lo, hi) = (
+                q.waiting.len() as u64,
+                (q.waiting.len() + q.maybe.len()) as u64,
+            );
+            let want_running = running.get(&t.tenant).copied().unwrap_or(0);
+            if t.running != want_running
+                || t.in_channel != q.fed.len() as u64
+                || t.queued < lo
+                || t.queued > hi
+                || t.running_max != fair.limit(t.tenant)
+            {
+                bail!(
+                    "tenant {}: the engine shows {t:?}; the model has {want_running} running, {} \
+                     fed ({:?}), {lo} to {hi} queued ({:?}, maybe {:?}), limit {}",
+                    t.tenant,
+                    q.fed.len(),
+                    q.fed,
+                    q.waiting,
+                    q.maybe,
+                    fair.limit(t.tenant)
+                );
+            }
+            if t.queued == lo
+                && let Some(q) = fair.queues.get_mut(&t.tenant)
+            {
+                q.maybe.clear();
+            }
+        }
+        for (&t, q) in &fair.queues {
+            let busy = !q.waiting.is_empty() || !q.fed.is_empty() || running.contains_key(&t);
+            if busy && !listed.contains(&t) {
+                bail!("tenant {t} has jobs queued, fed or running, but the engine lists none");
+            }
+        }
+        Ok(())
+    }
+
     /// Every id was drained from the ready channel (without a `run_timers`): `drained`.
     pub fn drain(&mut self, drained: &[JobId]) -> Result<(), Violation> {
         let queued = std::mem::take(&mut self.queue);
@@ -1853,6 +2772,11 @@ impl Model {
         self.dead_count = 0;
         self.keys.clear();
         self.queue.clear();
+        if let Some(f) = self.fair.as_mut() {
+            f.queues.clear();
+            f.refill_due = false;
+            f.refill_maybe = false;
+        }
     }
 
     /// Right after a successful open (the clock read `clock_ms` throughout): compares every job
@@ -1884,8 +2808,17 @@ impl Model {
                 .collect();
             fits.dedup();
             let key = |k: Option<&[u8]>| k != job.key.as_deref();
+            let tenant = info
+                .as_ref()
+                .map(|i| i.tenant)
+                .or(dead.as_ref().map(|d| d.tenant));
             if fits.is_empty() {
                 wrong.push((id, why_wrong(job, info.as_ref(), dead.as_ref())));
+            } else if tenant.is_some_and(|t| t != job.tenant) {
+                wrong.push((
+                    id,
+                    format!("recovered in tenant {tenant:?}, not {}", job.tenant),
+                ));
             } else if let Some(info) = &info
                 && info.payload[..] != job.payload[..]
             {
@@ -1948,7 +2881,9 @@ impl Model {
                 let alike: Vec<&Spec> = self.phantoms.iter().filter(|s| matching(s)).collect();
                 let binary =
                     (!alike.iter().any(|s| s.binary != spec.binary)).then_some(spec.binary);
-                if alike.iter().any(|s| s.policy != spec.policy) {
+                if alike.iter().any(|s| {
+                    (s.policy, s.tenant, &s.recur) != (spec.policy, spec.tenant, &spec.recur)
+                }) {
                     bail!(
                         "phantom job {id}: two failed specs alike but for their retry policy \
                          (the drivers do not make such)"
@@ -1999,11 +2934,32 @@ impl Model {
             }
             range
         };
+        // A recurring job's completed occurrences (its `Next` records) count too, and so do
+        // its failed ones (with the burials); one of a failed call holds exactly when recovery
+        // shows the state it leaves.
+        let mut occurrences = 0u64;
+        for (id, fits) in &resolved {
+            let job = self.jobs.get_mut(id).expect("listed");
+            for (alt, failed) in std::mem::take(&mut job.next_unsure) {
+                if fits.contains(&alt) {
+                    if failed {
+                        job.buries += 1;
+                    } else {
+                        job.occurrences_done += 1;
+                    }
+                }
+            }
+            occurrences += u64::from(job.occurrences_done);
+        }
         for (kind, got) in [
             (Gone::Completed, s.completed),
             (Gone::Cancelled, s.cancelled),
         ] {
-            let (lo, hi) = ended(kind);
+            let (mut lo, mut hi) = ended(kind);
+            if kind == Gone::Completed {
+                lo += occurrences;
+                hi += occurrences;
+            }
             if got < lo || got > hi {
                 bail!("recovery counts {got} jobs {kind:?}; the model says {lo} to {hi}");
             }
@@ -2113,9 +3069,31 @@ impl Model {
             self.learn(id, job);
             self.id_floor = self.id_floor.max(id);
         }
-        // Missed jobs go to the ready channel at once, in due order (ties in id order).
+        // Missed jobs go to the ready channel at once, in due order (ties in id order); with
+        // fairness on, into their tenants' queues in that order, each fed at once if its
+        // tenant's limit and the channel's depth leave room (nothing runs yet).
         missed.sort_unstable();
         self.queue = missed.iter().map(|&(_, id)| id).collect();
+        if let Some(f) = self.fair.as_mut() {
+            f.queues.clear();
+            f.refill_due = false;
+            f.refill_maybe = false;
+            let mut channel = Vec::new();
+            for &(_, id) in &missed {
+                let t = self.jobs[&id].tenant;
+                let stamp = f.next_stamp();
+                f.enqueue(t, id, stamp);
+                let limit = f.limit(t) as usize;
+                let q = f.queues.get_mut(&t).expect("enqueued");
+                if channel.len() < f.depth && (limit == 0 || q.fed.len() < limit) {
+                    q.waiting.remove(&id);
+                    q.fed.insert(id, now);
+                    channel.push(id);
+                }
+            }
+            self.tally.fed += channel.len() as u64;
+            self.queue = channel;
+        }
         if engine.recovery().missed != missed.len() as u64 {
             bail!(
                 "recovery found {} missed jobs; the model says {}",
@@ -2240,8 +3218,8 @@ impl Model {
             match (&job.live, &info) {
                 (None, None) => {}
                 (Some(l), Some(i))
-                    if (l.state, l.due_ms, l.attempt, l.failures)
-                        == (i.state, i.due_ms, i.attempt, i.failures)
+                    if (l.state, l.due_ms, l.attempt, l.failures, job.tenant)
+                        == (i.state, i.due_ms, i.attempt, i.failures, i.tenant)
                         && le(l.last_error) == i.last_error.as_deref() => {}
                 (l, i) => bail!(
                     "job {id}: the engine has {:?}, the model {:?}",
@@ -2266,13 +3244,75 @@ impl Model {
         Ok(())
     }
 
-    /// The latest due time of any job visible in the engine's memory.
+    /// The latest due time of any job visible in the engine's memory (paused ones aside).
     pub fn due_max(&self) -> u64 {
         self.jobs
             .values()
             .filter_map(|j| j.live.as_ref().map(|l| l.due_ms))
+            .filter(|&d| d != PAUSED_DUE_MS)
             .max()
             .unwrap_or(0)
+    }
+
+    /// `Engine::schedules`, paged through (pages of `page`), lists exactly the recurring jobs
+    /// in memory, each with its recurrence, misfire policy, due time, pause, state, attempt
+    /// and tenant. (The caller has every job read back into memory first, e.g. by
+    /// [`Model::check_live`]: one kept on disk beyond the horizon is not listed.)
+    pub fn check_schedules(&self, engine: &Engine, page: usize) -> Result<(), Violation> {
+        let mut listed = Vec::new();
+        let mut after = None;
+        loop {
+            let got = engine
+                .schedules(after, page)
+                .map_err(|e| Violation(format!("schedules: {e:?}")))?;
+            let n = got.len();
+            after = got.last().map(|s| s.id);
+            listed.extend(got);
+            if n < page {
+                break;
+            }
+        }
+        let want = self.recurring_ids();
+        let got: Vec<u64> = listed.iter().map(|s| s.id.0).collect();
+        if got != want {
+            bail!("schedules lists {got:?}; the model has {want:?}");
+        }
+        for s in &listed {
+            let job = &self.jobs[&s.id.0];
+            let l = job.live.as_ref().expect("listed");
+            let r = job.recur.as_ref().expect("recurring");
+            let recurring = timewheel::Recurring {
+                recurrence: r.recurrence(),
+                misfire: r.misfire,
+            };
+            if *s.recurring != recurring
+                || (s.due_ms, s.paused, s.state, s.attempt, s.tenant)
+                    != (
+                        l.due_ms,
+                        l.due_ms == PAUSED_DUE_MS,
+                        l.state,
+                        l.attempt,
+                        job.tenant,
+                    )
+            {
+                bail!(
+                    "schedule {}: the engine lists {s:?}; the model has {:?} due {} {:?} attempt \
+                     {} tenant {}",
+                    s.id,
+                    r,
+                    l.due_ms,
+                    l.state,
+                    l.attempt,
+                    job.tenant
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The due time of job `id` in the engine's memory, if it is there.
+    pub fn live_due(&self, id: u64) -> Option<u64> {
+        self.live(id).map(|l| l.due_ms)
     }
 
     /// The ids of the jobs visible in the engine's memory.

@@ -58,6 +58,16 @@ pub enum Op {
     PurgeAllDead,
     /// `cancel_by_key`.
     CancelByKey(Vec<u8>),
+    /// `reschedule_by_key` to this due time.
+    RescheduleByKey(Vec<u8>, u64),
+    /// `pause_schedule` of this id (mostly a recurring job's).
+    PauseSchedule(u64),
+    /// `resume_schedule` of this id.
+    ResumeSchedule(u64),
+    /// `delete_schedule` of this id.
+    DeleteSchedule(u64),
+    /// Every job read back (`get`), then `schedules()` paged through, pages of this many.
+    CheckSchedules(usize),
     /// Set the clock to this reading (forwards by 0 ms to days, or a little backwards).
     ClockSet(u64),
     /// Sync EIO from now on, as this policy says.
@@ -384,4 +394,297 @@ impl Lifecycle {
             _ => Op::RequeueDead(vec![self.rng.between(1, 1 << 30)]),
         })
     }
+}
+
+// ---- the feature stream ------------------------------------------------------------------
+//
+// Recurring jobs, tenants and fairness, and `reschedule_by_key` are drawn from a third stream
+// of the seed (`Features`), decorating specs and adding operations of its own, like the
+// lifecycle stream.
+
+use std::collections::BTreeMap;
+
+use crate::model::{CronNext, Recur, RecurKind};
+use timewheel::Misfire;
+
+/// Cron schedules the simulation uses: any expression in zones without daylight saving time
+/// (UTC, Asia/Kolkata), fixed-time ones (one second, minute and hour) in zones with it, where
+/// croner's own rules for skipped and repeated wall-clock times are the engine's (see
+/// `src/recur/mod.rs`), so the model can ask croner directly. None finer than five minutes
+/// but the one with seconds, which never goes with `FireAll` (the model would walk a month of
+/// half-minutes at each completion).
+pub const CRONS: &[(&str, &str)] = &[
+    ("*/5 * * * *", "UTC"),
+    ("0 * * * *", "UTC"),
+    ("0 0 1 * *", "UTC"),
+    ("*/15 * * * *", "Asia/Kolkata"),
+    ("0 */6 * * *", "Asia/Kolkata"),
+    // The spring gap (2027-03-28) moves it to 03:00 CEST; an ordinary nightly job.
+    ("30 2 * * *", "Europe/Berlin"),
+    ("0 2 * * *", "Europe/Berlin"),
+    // Repeated at the fall back (2027-11-07): fires at the first pass.
+    ("30 1 * * *", "America/New_York"),
+    ("0 9 * * 1-5", "America/New_York"),
+    ("*/30 * * * * *", "UTC"),
+];
+/// The index in [`CRONS`] of the expression with seconds.
+const CRON_SECONDS: usize = CRONS.len() - 1;
+
+/// With `Config::fair_tenants`: the channel's depth and the running limits.
+#[derive(Debug, Clone)]
+pub struct FairSetup {
+    pub depth: usize,
+    pub running_max: u32,
+    pub limits: BTreeMap<u32, u32>,
+}
+
+/// What the feature stream sees.
+pub struct FeatView<'a> {
+    pub now_ms: u64,
+    /// Recurring jobs in the engine's memory.
+    pub recurring: &'a [u64],
+    /// Every id the oracle knows.
+    pub ids: &'a [u64],
+    /// Keys are `k0`..`k{keys-1}` (the lifecycle stream's), when specs get keys.
+    pub keys: u64,
+    pub key_chance: f64,
+}
+
+/// The per-seed feature settings and their stream.
+pub struct Features {
+    pub rng: SimRng,
+    /// The chance that a spec recurs.
+    pub recur_chance: f64,
+    /// Tenants are `0..tenants`.
+    pub tenants: u32,
+    pub fair: Option<FairSetup>,
+    /// `Config::misfire_threshold_ms`.
+    pub misfire_threshold_ms: u64,
+}
+
+impl Features {
+    pub fn new(seed: u64) -> Features {
+        let mut rng = SimRng::new(seed ^ 0x7265_6375_7266_6169);
+        let recur_chance = *rng.pick(&[0.0, 0.1, 0.25, 0.4]).expect("chances");
+        let tenants = rng.between(1, 4) as u32;
+        let fair = rng.chance(0.4).then(|| {
+            let depth = *rng.pick(&[2, 8, 1024, 1024]).expect("depths");
+            let running_max = rng.below(4) as u32;
+            let mut limits = BTreeMap::new();
+            for t in 0..tenants {
+                if rng.chance(0.3) {
+                    limits.insert(t, rng.below(4) as u32);
+                }
+            }
+            FairSetup {
+                depth,
+                running_max,
+                limits,
+            }
+        });
+        let misfire_threshold_ms = *rng.pick(&[1_000, 60_000]).expect("thresholds");
+        Features {
+            rng,
+            recur_chance,
+            tenants,
+            fair,
+            misfire_threshold_ms,
+        }
+    }
+
+    fn recur(&mut self, now_ms: u64) -> Recur {
+        let rng = &mut self.rng;
+        let kind = if rng.chance(0.6) {
+            let interval_ms = match weighted(rng, &[3, 2, 2, 1]) {
+                0 => rng.between(50, 2_000),
+                1 => rng.between(2_000, 60_000),
+                2 => rng.between(60_000, 3_600_000),
+                _ => rng.between(3_600_000, DAY_MS),
+            };
+            let anchor_ms = if rng.chance(0.7) {
+                now_ms.saturating_sub(rng.between(0, 3 * interval_ms))
+            } else {
+                now_ms + rng.between(0, interval_ms)
+            };
+            RecurKind::Every {
+                interval_ms,
+                anchor_ms,
+            }
+        } else {
+            let (expr, zone) = *rng.pick(CRONS).expect("crons");
+            RecurKind::Cron { expr, zone }
+        };
+        let seconds = matches!(kind, RecurKind::Cron { expr, .. } if expr == CRONS[CRON_SECONDS].0);
+        let misfire = match weighted(rng, &[4, if seconds { 0 } else { 3 }, 3]) {
+            0 => Misfire::Coalesce,
+            1 => Misfire::FireAll {
+                backfill_max: rng.below(5) as u32,
+            },
+            _ => Misfire::Skip,
+        };
+        Recur { kind, misfire }
+    }
+
+    /// Gives a spec its tenant and, sometimes, a recurrence (due then at its first occurrence
+    /// after now); both are written into the payload too, so that a job recovered from a
+    /// failed schedule call is told apart from look-alikes.
+    fn decorate(&mut self, spec: &mut Spec, now_ms: u64) {
+        spec.tenant = self.rng.below(u64::from(self.tenants)) as u32;
+        if self.rng.chance(self.recur_chance) {
+            let r = self.recur(now_ms);
+            spec.due_ms = r.next_after(now_ms, CRON);
+            spec.payload.push(0xEC);
+            match r.kind {
+                RecurKind::Every {
+                    interval_ms,
+                    anchor_ms,
+                } => {
+                    spec.payload.extend(interval_ms.to_le_bytes());
+                    spec.payload.extend(anchor_ms.to_le_bytes());
+                }
+                RecurKind::Cron { expr, .. } => {
+                    let i = CRONS.iter().position(|c| c.0 == expr).expect("listed");
+                    spec.payload.push(i as u8);
+                }
+            }
+            spec.payload.extend(format!("{:?}", r.misfire).as_bytes());
+            spec.recur = Some(r);
+        }
+        if spec.tenant != 0 {
+            spec.payload.extend([0x7E, spec.tenant as u8]);
+        }
+    }
+
+    /// Decorates the specs the other streams drew.
+    pub fn op(&mut self, op: Op, now_ms: u64) -> Op {
+        match op {
+            Op::Schedule(mut s) => {
+                self.decorate(&mut s, now_ms);
+                Op::Schedule(s)
+            }
+            Op::ScheduleBatch(mut specs) => {
+                for s in &mut specs {
+                    self.decorate(s, now_ms);
+                }
+                Op::ScheduleBatch(specs)
+            }
+            op => op,
+        }
+    }
+
+    /// An operation of its own before the main stream's next one, sometimes.
+    pub fn extra(&mut self, v: &FeatView<'_>) -> Option<Op> {
+        if !self.rng.chance(0.12) {
+            return None;
+        }
+        let rng = &mut self.rng;
+        let some = !v.recurring.is_empty();
+        let keyed = v.key_chance > 0.0;
+        let weights = [
+            if some { 3 } else { 0 }, // pause
+            if some { 3 } else { 0 }, // resume
+            if some { 1 } else { 0 }, // delete
+            if some { 2 } else { 0 }, // check the listing
+            if keyed { 3 } else { 0 },
+            1, // a schedule call of any id (mostly one that does not recur)
+        ];
+        if weights.iter().all(|w| *w == 0) {
+            return None;
+        }
+        let recurring = |rng: &mut SimRng| *rng.pick(v.recurring).expect("some");
+        Some(match weighted(rng, &weights) {
+            0 => Op::PauseSchedule(recurring(rng)),
+            1 => Op::ResumeSchedule(recurring(rng)),
+            2 => Op::DeleteSchedule(recurring(rng)),
+            3 => Op::CheckSchedules(rng.between(1, 5) as usize),
+            4 => {
+                let key = format!("k{}", rng.below(v.keys.max(1))).into_bytes();
+                Op::RescheduleByKey(key, due_ms(rng, v.now_ms))
+            }
+            _ => {
+                let id = rng.pick(v.ids).copied().unwrap_or(1);
+                match rng.below(3) {
+                    0 => Op::PauseSchedule(id),
+                    1 => Op::ResumeSchedule(id),
+                    _ => Op::DeleteSchedule(id),
+                }
+            }
+        })
+    }
+}
+
+/// The model's cron searches: croner's own (see [`CRONS`] for why croner's rules are the
+/// engine's for these).
+pub const CRON: CronNext = CronNext {
+    next: cron_next,
+    prev: cron_prev,
+};
+
+/// croner's next occurrence of `expr` in `zone` strictly after `after_ms` (remembered: a
+/// `FireAll` completion walks the chain of occurrences the previous one walked).
+pub fn cron_next(expr: &str, zone: &str, after_ms: u64) -> Option<u64> {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    thread_local! {
+        static KNOWN: RefCell<HashMap<(String, String, u64), Option<u64>>> =
+            RefCell::new(HashMap::new());
+    }
+    let key = (expr.to_owned(), zone.to_owned(), after_ms);
+    if let Some(&next) = KNOWN.with(|k| k.borrow().get(&key).copied()).as_ref() {
+        return next;
+    }
+    let next = with_cron(expr, zone, after_ms, |cron, at| {
+        cron.find_next_occurrence(at, false).ok()
+    });
+    KNOWN.with(|k| {
+        let mut k = k.borrow_mut();
+        if k.len() >= 1 << 20 {
+            k.clear();
+        }
+        k.insert(key, next);
+    });
+    next
+}
+
+/// croner's last occurrence at or before `at_ms`, in the zones without daylight saving time
+/// (elsewhere `None`: the model walks forward).
+pub fn cron_prev(expr: &str, zone: &str, at_ms: u64) -> Option<u64> {
+    if !matches!(zone, "UTC" | "Asia/Kolkata") {
+        return None;
+    }
+    with_cron(expr, zone, at_ms, |cron, at| {
+        cron.find_previous_occurrence(at, true).ok()
+    })
+}
+
+fn with_cron(
+    expr: &str,
+    zone: &str,
+    at_ms: u64,
+    search: impl FnOnce(
+        &croner::Cron,
+        &chrono::DateTime<chrono_tz::Tz>,
+    ) -> Option<chrono::DateTime<chrono_tz::Tz>>,
+) -> Option<u64> {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    thread_local! {
+        static PARSED: RefCell<HashMap<String, croner::Cron>> = RefCell::new(HashMap::new());
+    }
+    let tz: chrono_tz::Tz = zone.parse().expect("a known zone");
+    let at =
+        chrono::DateTime::from_timestamp_millis(i64::try_from(at_ms).ok()?)?.with_timezone(&tz);
+    PARSED.with(|p| {
+        let mut p = p.borrow_mut();
+        let cron = p.entry(expr.to_owned()).or_insert_with(|| {
+            croner::parser::CronParser::builder()
+                .seconds(croner::parser::Seconds::Optional)
+                .year(croner::parser::Year::Disallowed)
+                .build()
+                .parse(expr)
+                .expect("a valid expression")
+        });
+        let found = search(cron, &at)?;
+        u64::try_from(found.timestamp_millis()).ok()
+    })
 }

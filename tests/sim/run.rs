@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use timewheel::{Claimed, Clock, Config, Engine, Error, JobId, ManualClock};
+use timewheel::{Claimed, Clock, Config, Engine, Error, JobId, ManualClock, Outcome};
 use timewheel_wal::testing::{CrashOptions, FaultDisk, SimRng, SyncFailure};
 
 use super::ops::{self, Op, Spec, T0_MS};
 use super::trace::Trace;
-use crate::model::{Ending, Fault, Gone, Model, REASONS, Violation, fault};
+use crate::model::{Ending, Fair, Fault, Gone, Model, REASONS, Violation, fault};
 use crate::violation;
 
 /// How a seed ended, when it passed.
@@ -30,6 +30,8 @@ pub struct Report {
     pub failed_opens: u64,
     pub jobs: u64,
     pub tally: crate::model::Tally,
+    /// Run with `Config::fair_tenants`.
+    pub fair: bool,
 }
 
 /// Everything about one run that is fixed by its seed.
@@ -56,6 +58,8 @@ struct Sim {
     rng: SimRng,
     /// The lifecycle stream and settings (retries, dead letters, keys): see `ops::Lifecycle`.
     life: ops::Lifecycle,
+    /// The feature stream and settings (recurring jobs, tenants, fairness): `ops::Features`.
+    feat: ops::Features,
     disk: FaultDisk,
     clock: ManualClock,
     setup: Setup,
@@ -87,15 +91,24 @@ pub fn run_seed(seed: u64, verbose: bool) -> Result<Report, Violation> {
     let lease_ms = setup.lease_ms;
     let life = ops::Lifecycle::new(seed);
     let retry = life.retry;
+    let feat = ops::Features::new(seed);
+    let mut model = Model::new(T0_MS, lease_ms, 1 + seed % 64)
+        .with_retry(retry)
+        .with_cron(ops::CRON)
+        .with_misfire_threshold(feat.misfire_threshold_ms);
+    if let Some(f) = &feat.fair {
+        model = model.with_fair(Fair::new(f.depth, f.running_max, f.limits.clone()));
+    }
     let mut sim = Sim {
         rng,
         life,
+        feat,
         disk,
         clock: ManualClock::new(T0_MS),
         setup,
         // The id block comes from the seed, not the stream, so that every seed's operations
         // stay as they were.
-        model: Model::new(T0_MS, lease_ms, 1 + seed % 64).with_retry(retry),
+        model,
         trace: Trace::new(verbose),
         corruption_pending: false,
         media_faults_pending: 0,
@@ -106,7 +119,8 @@ pub fn run_seed(seed: u64, verbose: bool) -> Result<Report, Violation> {
     sim.trace.line(|| {
         format!(
             "seed {seed}: {} ops, lease {} ms, segments {} bytes, fires_per_advance_max {}, corruption {}; \
-             retry {:?}, {} keys (chance {}), own policies {}",
+             retry {:?}, {} keys (chance {}), own policies {}; recurring {}, {} tenants, fair {:?}, \
+             misfire threshold {} ms",
             sim.setup.ops,
             sim.setup.lease_ms,
             sim.setup.segment_bytes,
@@ -115,7 +129,11 @@ pub fn run_seed(seed: u64, verbose: bool) -> Result<Report, Violation> {
             sim.life.retry,
             sim.life.keys,
             sim.life.key_chance,
-            sim.life.policy_chance
+            sim.life.policy_chance,
+            sim.feat.recur_chance,
+            sim.feat.tenants,
+            sim.feat.fair,
+            sim.feat.misfire_threshold_ms
         )
     });
     let end = sim.run()?;
@@ -127,6 +145,7 @@ pub fn run_seed(seed: u64, verbose: bool) -> Result<Report, Violation> {
         failed_opens: sim.failed_opens,
         jobs: sim.model.jobs.len() as u64,
         tally: sim.model.tally,
+        fair: sim.feat.fair.is_some(),
     })
 }
 
@@ -172,6 +191,13 @@ impl Sim {
             1 => 3 * 3_600_000,
             _ => 366 * ops::DAY_MS,
         };
+        c.misfire_threshold_ms = self.feat.misfire_threshold_ms;
+        if let Some(f) = &self.feat.fair {
+            c.fair_tenants = true;
+            c.ready_channel_depth = f.depth;
+            c.tenant_running_max = f.running_max;
+            c.tenant_running_limits = f.limits.clone();
+        }
         c
     }
 
@@ -189,6 +215,23 @@ impl Sim {
                 held: live.held.len(),
             };
             if let Some(op) = self.life.extra(&life_view) {
+                self.trace.line(|| format!("{step}: {op:?}"));
+                live = match self.apply(live, op)? {
+                    Ok(live) => live,
+                    Err(end) => return Ok(end),
+                };
+                self.model.check_counts(&live.engine)?;
+                self.model.check_keys(&live.engine)?;
+            }
+            let recurring = self.model.recurring_ids();
+            let feat_view = ops::FeatView {
+                now_ms: self.clock.now_ms(),
+                recurring: &recurring,
+                ids: &self.model.ids,
+                keys: self.life.keys,
+                key_chance: self.life.key_chance,
+            };
+            if let Some(op) = self.feat.extra(&feat_view) {
                 self.trace.line(|| format!("{step}: {op:?}"));
                 live = match self.apply(live, op)? {
                     Ok(live) => live,
@@ -215,7 +258,8 @@ impl Sim {
                     dead: &dead,
                     held: live.held.len(),
                 };
-                self.life.op(op, &life_view)
+                let op = self.life.op(op, &life_view);
+                self.feat.op(op, self.clock.now_ms())
             };
             self.trace.line(|| format!("{step}: {op:?}"));
             // A clock step or a failpoint armed calls nothing of the engine's: its counts
@@ -266,8 +310,59 @@ impl Sim {
         }
     }
 
+    /// With fairness on, after every engine call: what the call fed into the ready channel is
+    /// drained into the worker's backlog and checked (the model follows every feeding).
+    fn after_call(&mut self, live: &mut Live) -> Result<(), Violation> {
+        if self.model.fair.is_none() {
+            return Ok(());
+        }
+        let drained: Vec<JobId> = live.engine.ready().try_iter().collect();
+        if !drained.is_empty() {
+            self.trace.event(&[25, drained.len() as u64]);
+            self.trace.line(|| format!("   fed {drained:?}"));
+        }
+        self.model.fed(&drained, &live.engine)?;
+        live.backlog.extend(drained);
+        Ok(())
+    }
+
     /// Runs one operation. Returns the engine to go on with, or how the run ended.
-    fn apply(&mut self, mut live: Live, op: Op) -> Result<Result<Live, End>, Violation> {
+    fn apply(&mut self, live: Live, op: Op) -> Result<Result<Live, End>, Violation> {
+        let calls_engine = !matches!(
+            op,
+            Op::ClockSet(_) | Op::ArmSyncFailure(_) | Op::ArmEnospc(_)
+        );
+        let mut live = match self.apply_op(live, op)? {
+            Ok(live) => live,
+            Err(end) => return Ok(Err(end)),
+        };
+        if calls_engine {
+            self.after_call(&mut live)?;
+        }
+        Ok(Ok(live))
+    }
+
+    /// A schedule call (`what`) of `id` returned `r`: sorted like any call when `id` recurs,
+    /// else a `NotFound` that looked at nothing else (also on an engine that refuses calls).
+    fn schedule_call(
+        &mut self,
+        live: &Live,
+        what: &str,
+        id: u64,
+        r: timewheel::Result<Outcome>,
+    ) -> Result<Result<Outcome, Fault>, Violation> {
+        let r = if self.model.recurring(id) {
+            self.sort(live, what, r)?
+        } else {
+            r.map_err(|e| fault(&e))
+        };
+        if let Ok(o) = r {
+            self.trace.event(&[79, id, u64::from(o.is_done())]);
+        }
+        Ok(r)
+    }
+
+    fn apply_op(&mut self, mut live: Live, op: Op) -> Result<Result<Live, End>, Violation> {
         match op {
             Op::Schedule(spec) => {
                 let r = live.engine.schedule(spec.job_spec()).map(|id| vec![id]);
@@ -310,9 +405,10 @@ impl Sim {
                 let drained: Vec<JobId> = live.engine.ready().try_iter().collect();
                 self.trace.event(&[20, moved as u64, drained.len() as u64]);
                 self.trace.line(|| format!("   fired {drained:?}"));
-                // Exactly the due jobs, expired leases and unclaimed ready jobs, none early;
-                // then every job's state, due time and attempt as modelled.
-                self.model.run_timers(&drained)?;
+                // Exactly the due jobs, expired leases and unclaimed ready jobs, none early
+                // (with fairness on: what the tenants' queues feed); then every job's state,
+                // due time and attempt as modelled.
+                self.model.run_timers_on(&drained, Some(&live.engine))?;
                 self.model.check_live(&live.engine)?;
                 live.backlog.extend(drained);
             }
@@ -337,6 +433,7 @@ impl Sim {
                     let claimed = r.as_ref().ok().and_then(|c| c.clone());
                     self.model.claim(&[id], r.map(|c| vec![c]), &live.engine)?;
                     live.held.extend(claimed);
+                    self.after_call(&mut live)?;
                 }
             }
             Op::Complete(i) if !live.held.is_empty() => {
@@ -433,6 +530,40 @@ impl Sim {
                     self.trace.event(&[78, u64::from(o.is_done())]);
                 }
                 self.model.cancel_by_key(&key, r, &live.engine)?;
+            }
+            Op::RescheduleByKey(key, due_ms) => {
+                let held = live.engine.id_by_key(&key).is_some();
+                let r = live.engine.reschedule_by_key(&key, due_ms);
+                let r = if held {
+                    self.sort(&live, "reschedule_by_key", r)?
+                } else {
+                    r.map_err(|e| fault(&e))
+                };
+                if let Ok(o) = r {
+                    self.trace.event(&[78, u64::from(o.is_done()), due_ms]);
+                }
+                self.model
+                    .reschedule_by_key(&key, due_ms, r, &live.engine)?;
+            }
+            Op::PauseSchedule(id) => {
+                let r = live.engine.pause_schedule(JobId(id));
+                let r = self.schedule_call(&live, "pause_schedule", id, r)?;
+                self.model.pause(id, r, &live.engine)?;
+            }
+            Op::ResumeSchedule(id) => {
+                let r = live.engine.resume_schedule(JobId(id));
+                let r = self.schedule_call(&live, "resume_schedule", id, r)?;
+                self.model.resume(id, r, &live.engine)?;
+            }
+            Op::DeleteSchedule(id) => {
+                let r = live.engine.delete_schedule(JobId(id));
+                let r = self.schedule_call(&live, "delete_schedule", id, r)?;
+                self.model.delete(id, r, &live.engine)?;
+            }
+            Op::CheckSchedules(page) => {
+                // `check_live` reads every job back (one kept on disk is listed only then).
+                self.model.check_live(&live.engine)?;
+                self.model.check_schedules(&live.engine, page)?;
             }
             Op::CompleteBatch(n) if !live.held.is_empty() => {
                 let n = n.min(live.held.len());
@@ -684,7 +815,7 @@ impl Sim {
             )
         });
         let wrong = self.model.opened(&engine)?;
-        let live = Live {
+        let mut live = Live {
             engine,
             backlog: Vec::new(),
             held: Vec::new(),
@@ -704,17 +835,28 @@ impl Sim {
         self.media_faults_pending = 0;
         self.open_failed_pending = false;
         self.trace.event(&[94, self.model.live_ids().len() as u64]);
+        if self.model.fair.is_some() {
+            // What the open fed, exactly (missed jobs in due order, within the limits).
+            let drained: Vec<JobId> = live.engine.ready().try_iter().collect();
+            self.model.drain(&drained)?;
+            self.model.fed(&[], &live.engine)?;
+            live.backlog.extend(drained);
+        }
         Ok(Ok(live))
     }
 
     /// The end of a run: a clean crash and recovery, then the clock past every due time and
-    /// lease: every live job fires, is claimed and completed, and nothing fires again.
+    /// lease: every live job fires, is claimed and completed (in rounds, with fairness on, as
+    /// the limits and the channel's depth let them through; a recurring job's completion
+    /// schedules its next occurrence, and a backfilled one fires again), then the recurring
+    /// jobs are deleted, and nothing fires again.
     fn finish(&mut self, live: Live) -> Result<End, Violation> {
+        const ROUNDS_MAX: usize = 100_000;
         let crashed = self.disk.crash(&CrashOptions::random(&mut self.rng));
         live.engine.abandon();
         self.model.engine_gone(None);
         self.disk = crashed;
-        let live = match self.recover(false)? {
+        let mut live = match self.recover(false)? {
             Ok(live) => live,
             Err(end) => return Ok(end),
         };
@@ -722,34 +864,87 @@ impl Sim {
         let now = self.model.due_max().max(self.model.max_clock_ms) + 1;
         self.clock.set(now);
         self.model.set_clock(now);
-        live.engine.run_timers();
-        let drained: Vec<JobId> = live.engine.ready().try_iter().collect();
-        self.model.run_timers(&drained)?;
-        let mut fired = drained;
-        fired.sort_unstable();
-        fired.dedup();
-        let mut claims = Vec::new();
-        for id in fired {
+        let waiting: Vec<u64> = self
+            .model
+            .live_ids()
+            .into_iter()
+            .filter(|&id| self.model.live_due(id) != Some(timewheel::PAUSED_DUE_MS))
+            .collect();
+        let mut pending: Vec<JobId> = std::mem::take(&mut live.backlog);
+        let mut claimed = std::collections::BTreeSet::new();
+        let mut rounds = 0;
+        let mut claims_total = 0;
+        loop {
+            live.engine.run_timers();
+            let drained: Vec<JobId> = live.engine.ready().try_iter().collect();
+            self.model.run_timers_on(&drained, Some(&live.engine))?;
+            pending.extend(drained);
+            let mut ids = std::mem::take(&mut pending);
+            ids.sort_unstable();
+            ids.dedup();
+            if ids.is_empty() {
+                break;
+            }
+            rounds += 1;
+            if rounds > ROUNDS_MAX {
+                return violation!("the final rounds do not end: {ids:?} keep coming");
+            }
+            let mut claims = Vec::new();
+            for id in ids {
+                let r = live
+                    .engine
+                    .claim(id)
+                    .map_err(|e| Violation(format!("final claim: {e:?}")))?;
+                self.model.claim(&[id], Ok(vec![r.clone()]), &live.engine)?;
+                self.after_call(&mut live)?;
+                if let Some(c) = r {
+                    claimed.insert(id.0);
+                    claims.push(c);
+                }
+            }
+            pending.append(&mut live.backlog);
+            claims_total += claims.len();
+            let done = live
+                .engine
+                .complete_batch(&claims)
+                .map_err(|e| Violation(format!("final complete: {e:?}")))?;
+            if !done.iter().all(|d| *d) {
+                return violation!("a final completion was refused");
+            }
+            self.model
+                .finish(&claims, Gone::Completed, Ok(done), &live.engine)?;
+            self.after_call(&mut live)?;
+            pending.append(&mut live.backlog);
+        }
+        // Every job fired: a plain one was claimed (and completed) or buried at its claim; a
+        // recurring one waits for an occurrence after now.
+        for id in waiting {
+            match self.model.live_due(id) {
+                None => {}
+                Some(due) if self.model.recurring(id) && due > now => {}
+                Some(due) => {
+                    return violation!(
+                        "live job {id} (due {due}, claimed: {}) did not fire and end once the \
+                         clock passed its due time",
+                        claimed.contains(&id)
+                    );
+                }
+            }
+        }
+        // (Not counted as the run's deletes.)
+        let deletes = self.model.tally.deletes;
+        for id in self.model.recurring_ids() {
             let r = live
                 .engine
-                .claim(id)
-                .map_err(|e| Violation(format!("final claim: {e:?}")))?;
-            self.model.claim(&[id], Ok(vec![r.clone()]), &live.engine)?;
-            claims.extend(r);
+                .delete_schedule(JobId(id))
+                .map_err(|e| Violation(format!("final delete: {e:?}")))?;
+            self.model.delete(id, Ok(r), &live.engine)?;
+            self.after_call(&mut live)?;
         }
-        let claimed: std::collections::BTreeSet<u64> = claims.iter().map(|c| c.id.0).collect();
-        if let Some(id) = self.model.live_ids().difference(&claimed).next() {
-            return violation!("live job {id} did not fire once the clock passed its due time");
+        self.model.tally.deletes = deletes;
+        if let Some(id) = self.model.live_ids().into_iter().next() {
+            return violation!("job {id} is live after every job ended");
         }
-        let done = live
-            .engine
-            .complete_batch(&claims)
-            .map_err(|e| Violation(format!("final complete: {e:?}")))?;
-        if !done.iter().all(|d| *d) {
-            return violation!("a final completion was refused");
-        }
-        self.model
-            .finish(&claims, Gone::Completed, Ok(done), &live.engine)?;
         self.clock.set(now + 2 * lease + 1);
         self.model.set_clock(now + 2 * lease + 1);
         live.engine.run_timers();
@@ -757,7 +952,7 @@ impl Sim {
         if !again.is_empty() {
             return violation!("completed jobs fired again: {again:?}");
         }
-        self.model.run_timers(&again)?;
+        self.model.run_timers_on(&again, Some(&live.engine))?;
         self.model.check_counts(&live.engine)?;
         self.model.check_dead(&live.engine)?;
         // Every dead job purged: then no key is held any more.
@@ -771,7 +966,8 @@ impl Sim {
         if !self.model.keys.is_empty() {
             return violation!("keys held after every job ended: {:?}", self.model.keys);
         }
-        self.trace.event(&[99, claims.len() as u64, purged]);
+        self.trace
+            .event(&[99, claims_total as u64, purged, rounds as u64]);
         live.engine
             .close()
             .map_err(|e| Violation(format!("final close: {e:?}")))?;

@@ -177,14 +177,18 @@ impl DiskState {
             pending,
             ..
         } = self;
-        inodes.retain(|ino, inode| {
-            inode.open_handles > 0
-                || live_names.values().any(|i| i == ino)
-                || durable_names.values().any(|i| i == ino)
-                || pending
-                    .iter()
-                    .any(|op| matches!(op, DirOp::Create { ino: i, .. } if i == ino))
-        });
+        // Collected once: this runs at every handle's drop, and a simulated log has hundreds
+        // of segments.
+        let mut reachable: std::collections::HashSet<u64> = live_names
+            .values()
+            .chain(durable_names.values())
+            .copied()
+            .collect();
+        reachable.extend(pending.iter().filter_map(|op| match op {
+            DirOp::Create { ino, .. } => Some(*ino),
+            _ => None,
+        }));
+        inodes.retain(|ino, inode| inode.open_handles > 0 || reachable.contains(ino));
     }
 
     /// The inode a test helper means by `name`: the live one, else the durable one.
