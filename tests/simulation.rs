@@ -20,9 +20,9 @@ use std::time::Instant;
 
 use sim::run::{End, Report, run_seed};
 
-/// Seeds `cargo test` runs by default: about 30 s in the debug profile on the shared 2-core
+/// Seeds `cargo test` runs by default: 25-30 s in the debug profile on the shared 2-core
 /// machine (1,200 before recurring jobs, tenants and fairness roughly doubled a seed's cost).
-const FAST_SEEDS: u64 = 700;
+const FAST_SEEDS: u64 = 600;
 /// Where the default batch starts; campaigns pick their own start.
 const FAST_SEED_START: u64 = 0;
 /// Seeds the replay check runs twice each.
