@@ -50,8 +50,9 @@
 //! *unwritten* into written ones: otherwise the first commit into each block also converts its
 //! extent, one more synchronous write per sync (on ext4 without a journal, 3 writes per sync
 //! instead of 2, about 250-400 µs instead of 120-170 µs). The cost: a segment's bytes are
-//! written twice (zeros in the background, then records), and a fresh log's first open writes
-//! its first segment's zeros before it returns.
+//! written twice (zeros in the background, then records). A fresh log's first segment is not
+//! prepared so (its open would wait for the zeros): its commits convert extents until the
+//! first roll.
 //!
 //! Who may touch the map: only [`MmapFile::write_at`] (the copy) and [`MmapFile::sync_range`]
 //! (`msync`, a system call that reads the page cache and needs no lock: it races with nothing
