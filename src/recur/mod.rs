@@ -83,8 +83,10 @@ mod zoned;
 
 pub use codec::RECURRENCE_BYTES_MAX;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds, Year};
@@ -175,15 +177,59 @@ impl Recurrence {
 }
 
 /// A parsed cron expression in a time zone. Built by [`Recurrence::cron`] or
-/// [`CronSchedule::new`]; the expression is parsed once, here.
+/// [`CronSchedule::new`]; the expression is parsed once, here, and the parse is shared: by
+/// clones, and through a small process-wide cache by every schedule built from the same text
+/// (a recovery decodes the same few expressions in every recurring job's records).
 #[derive(Clone)]
 pub struct CronSchedule {
-    expr: String,
     zone: Tz,
-    /// Boxed: croner's bit fields are some 300 bytes, and an `Every` is 16.
-    parsed: Box<croner::Cron>,
+    parsed: Arc<ParsedExpr>,
+}
+
+/// What a cron expression's text parses to; the same in every zone.
+struct ParsedExpr {
+    text: Box<str>,
+    /// croner's bit fields: some 300 bytes, behind the `Arc` (an `Every` is 16).
+    cron: croner::Cron,
     /// The fast search's bit sets, for an expression without `L`, `W` or `#`.
     fields: Option<fields::Fields>,
+}
+
+/// Distinct expressions the parse cache keeps; past it the cache starts over (a cache, not a
+/// registry: any expression still parses, only again).
+const PARSE_CACHE_ENTRIES_MAX: usize = 1024;
+
+/// Parses that succeeded, by expression text.
+static PARSE_CACHE: Mutex<Option<HashMap<Box<str>, Arc<ParsedExpr>>>> = Mutex::new(None);
+
+/// The parse of `expr`, from the cache or parsed now; an error for an expression croner
+/// refuses or one that matches no date (errors are not cached).
+fn parse_expr(expr: &str) -> Result<Arc<ParsedExpr>, String> {
+    // A poisoned cache only means a panic elsewhere while it was held; its entries are whole.
+    let cached = |cache: &Option<HashMap<Box<str>, Arc<ParsedExpr>>>| {
+        cache.as_ref().and_then(|c| c.get(expr)).cloned()
+    };
+    if let Some(hit) = cached(&PARSE_CACHE.lock().unwrap_or_else(PoisonError::into_inner)) {
+        return Ok(hit);
+    }
+    let cron = parser().parse(expr).map_err(|error| error.to_string())?;
+    let parsed = Arc::new(ParsedExpr {
+        text: expr.into(),
+        fields: fields::Fields::of(&cron),
+        cron,
+    });
+    // Without a year field an expression repeats every 400 years (a Gregorian cycle is a
+    // whole number of weeks), so one with no match from the epoch on has none at all.
+    if zoned::first_match(&parsed, chrono::DateTime::UNIX_EPOCH.naive_utc()).is_none() {
+        return Err("it matches no date".to_owned());
+    }
+    let mut cache = PARSE_CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+    let cache = cache.get_or_insert_with(HashMap::new);
+    if cache.len() >= PARSE_CACHE_ENTRIES_MAX {
+        cache.clear();
+    }
+    cache.insert(expr.into(), Arc::clone(&parsed));
+    Ok(parsed)
 }
 
 impl CronSchedule {
@@ -199,30 +245,17 @@ impl CronSchedule {
         if expr.len() > CRON_EXPR_BYTES_MAX {
             return Err(bad(format!("longer than {CRON_EXPR_BYTES_MAX} bytes")));
         }
-        let parsed = parser()
-            .parse(expr)
-            .map_err(|error| bad(error.to_string()))?;
+        let parsed = parse_expr(expr).map_err(bad)?;
         let zone = Tz::from_str(zone).map_err(|_| RecurError::UnknownZone {
             zone: zone.to_owned(),
         })?;
-        // Without a year field an expression repeats every 400 years (a Gregorian cycle is a
-        // whole number of weeks), so one with no match from the epoch on has none at all.
-        let schedule = CronSchedule {
-            expr: expr.to_owned(),
-            zone,
-            fields: fields::Fields::of(&parsed),
-            parsed: Box::new(parsed),
-        };
-        if !schedule.matches_some_date() {
-            return Err(bad("it matches no date".to_owned()));
-        }
-        Ok(schedule)
+        Ok(CronSchedule { zone, parsed })
     }
 
     /// The expression, as given.
     #[must_use]
     pub fn expr(&self) -> &str {
-        &self.expr
+        &self.parsed.text
     }
 
     /// The time zone.
@@ -236,12 +269,6 @@ impl CronSchedule {
     #[must_use]
     pub fn next_after(&self, after_ms: u64) -> Option<u64> {
         zoned::next_after(self, after_ms)
-    }
-
-    /// Whether the expression matches any wall-clock time at all (searches end at the year
-    /// 5000, as croner's do).
-    fn matches_some_date(&self) -> bool {
-        zoned::first_match(self, chrono::DateTime::UNIX_EPOCH.naive_utc()).is_some()
     }
 }
 
@@ -257,7 +284,7 @@ fn parser() -> CronParser {
 impl PartialEq for CronSchedule {
     fn eq(&self, other: &Self) -> bool {
         // The parsed form follows from the expression.
-        self.expr == other.expr && self.zone == other.zone
+        self.expr() == other.expr() && self.zone == other.zone
     }
 }
 
@@ -266,7 +293,7 @@ impl Eq for CronSchedule {}
 impl fmt::Debug for CronSchedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CronSchedule")
-            .field("expr", &self.expr)
+            .field("expr", &self.expr())
             .field("zone", &self.zone.name())
             .finish()
     }

@@ -13,7 +13,7 @@
 use chrono::{DateTime, LocalResult, NaiveDateTime, TimeDelta, TimeZone, Timelike};
 use chrono_tz::Tz;
 
-use super::CronSchedule;
+use super::{CronSchedule, ParsedExpr};
 
 /// The longest run of skipped or repeated wall-clock time searched for, in seconds: twice the
 /// longest transition in the tz database (Pacific/Apia skipped 30 December 2011, a whole day).
@@ -29,7 +29,10 @@ pub(super) fn next_after(schedule: &CronSchedule, after_ms: u64) -> Option<u64> 
         .with_timezone(&zone)
         .naive_local()
         .with_nanosecond(0)?;
-    let mut wall_match = first_match(schedule, wall.checked_add_signed(TimeDelta::seconds(1))?)?;
+    let mut wall_match = first_match(
+        &schedule.parsed,
+        wall.checked_add_signed(TimeDelta::seconds(1))?,
+    )?;
     let mut next_ms = instant_of(zone, wall_match)?;
     if next_ms <= after_ms {
         // `after` is on the second pass of a repeated range and the match lies in that range:
@@ -39,7 +42,7 @@ pub(super) fn next_after(schedule: &CronSchedule, after_ms: u64) -> Option<u64> 
             "only a repeated time maps behind"
         );
         let range_end = run_end(wall_match, |wall| is_repeated(zone, wall))?;
-        wall_match = first_match(schedule, range_end)?;
+        wall_match = first_match(&schedule.parsed, range_end)?;
         next_ms = instant_of(zone, wall_match)?;
     }
     assert!(next_ms > after_ms, "{next_ms} <= {after_ms}");
@@ -47,10 +50,11 @@ pub(super) fn next_after(schedule: &CronSchedule, after_ms: u64) -> Option<u64> 
 }
 
 /// The first wall-clock second at or after `from` that the expression matches.
-pub(super) fn first_match(schedule: &CronSchedule, from: NaiveDateTime) -> Option<NaiveDateTime> {
-    match &schedule.fields {
+/// (Searches end at the year 5000, as croner's do.)
+pub(super) fn first_match(expr: &ParsedExpr, from: NaiveDateTime) -> Option<NaiveDateTime> {
+    match &expr.fields {
         Some(fields) => fields.next_at_or_after(from),
-        None => schedule.parsed.find_next_occurrence(&from, true).ok(),
+        None => expr.cron.find_next_occurrence(&from, true).ok(),
     }
 }
 

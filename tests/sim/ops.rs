@@ -625,12 +625,31 @@ pub const CRON: CronNext = CronNext {
 pub fn cron_next(expr: &str, zone: &str, after_ms: u64) -> Option<u64> {
     use std::cell::RefCell;
     use std::collections::HashMap;
-    thread_local! {
-        static KNOWN: RefCell<HashMap<(String, String, u64), Option<u64>>> =
-            RefCell::new(HashMap::new());
+    /// Answers by (expression, zone, instant), the strings numbered once: a lookup
+    /// allocates nothing.
+    #[derive(Default)]
+    struct Known {
+        numbers: HashMap<String, usize>,
+        next: HashMap<(usize, usize, u64), Option<u64>>,
     }
-    let key = (expr.to_owned(), zone.to_owned(), after_ms);
-    if let Some(&next) = KNOWN.with(|k| k.borrow().get(&key).copied()).as_ref() {
+    impl Known {
+        fn number(&mut self, text: &str) -> usize {
+            if let Some(&n) = self.numbers.get(text) {
+                return n;
+            }
+            let n = self.numbers.len();
+            self.numbers.insert(text.to_owned(), n);
+            n
+        }
+    }
+    thread_local! {
+        static KNOWN: RefCell<Known> = RefCell::new(Known::default());
+    }
+    let key = KNOWN.with(|k| {
+        let mut k = k.borrow_mut();
+        (k.number(expr), k.number(zone), after_ms)
+    });
+    if let Some(next) = KNOWN.with(|k| k.borrow().next.get(&key).copied()) {
         return next;
     }
     let next = with_cron(expr, zone, after_ms, |cron, at| {
@@ -638,10 +657,10 @@ pub fn cron_next(expr: &str, zone: &str, after_ms: u64) -> Option<u64> {
     });
     KNOWN.with(|k| {
         let mut k = k.borrow_mut();
-        if k.len() >= 1 << 20 {
-            k.clear();
+        if k.next.len() >= 1 << 20 {
+            k.next.clear();
         }
-        k.insert(key, next);
+        k.next.insert(key, next);
     });
     next
 }
@@ -676,15 +695,16 @@ fn with_cron(
         chrono::DateTime::from_timestamp_millis(i64::try_from(at_ms).ok()?)?.with_timezone(&tz);
     PARSED.with(|p| {
         let mut p = p.borrow_mut();
-        let cron = p.entry(expr.to_owned()).or_insert_with(|| {
-            croner::parser::CronParser::builder()
+        if !p.contains_key(expr) {
+            let cron = croner::parser::CronParser::builder()
                 .seconds(croner::parser::Seconds::Optional)
                 .year(croner::parser::Year::Disallowed)
                 .build()
                 .parse(expr)
-                .expect("a valid expression")
-        });
-        let found = search(cron, &at)?;
+                .expect("a valid expression");
+            p.insert(expr.to_owned(), cron);
+        }
+        let found = search(&p[expr], &at)?;
         u64::try_from(found.timestamp_millis()).ok()
     })
 }

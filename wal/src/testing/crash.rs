@@ -214,6 +214,8 @@ impl FaultDisk {
         new.next_ino = old.next_ino;
         new.durable_names = names.clone();
         new.live_names = names;
+        // Files the crash left unnamed go now: a handle's drop only collects its own file.
+        new.collect_garbage();
         FaultDisk::from_state(new)
     }
 }

@@ -191,6 +191,32 @@ impl DiskState {
         inodes.retain(|ino, inode| inode.open_handles > 0 || reachable.contains(ino));
     }
 
+    /// What [`DiskState::collect_garbage`] does when only `ino` can have become garbage: the
+    /// last handle on it was dropped. Every other operation that can make files unreachable
+    /// collects them all, so nothing else is garbage here.
+    pub(super) fn collect_if_garbage(&mut self, ino: u64) {
+        let DiskState {
+            inodes,
+            live_names,
+            durable_names,
+            pending,
+            ..
+        } = self;
+        if inodes.get(&ino).is_none_or(|inode| inode.open_handles > 0) {
+            return;
+        }
+        let reachable = live_names
+            .values()
+            .chain(durable_names.values())
+            .any(|&i| i == ino)
+            || pending
+                .iter()
+                .any(|op| matches!(op, DirOp::Create { ino: i, .. } if *i == ino));
+        if !reachable {
+            inodes.remove(&ino);
+        }
+    }
+
     /// The inode a test helper means by `name`: the live one, else the durable one.
     fn inode_named(&mut self, name: &str) -> &mut Inode {
         let ino = self

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::io;
 
-use super::disk::{DirOp, EIO, ENOSPC, FaultDisk};
+use super::disk::{DirOp, DiskState, EIO, ENOSPC, FaultDisk};
 use super::inode::Inode;
 use crate::storage::mmap::{check_name, check_range};
 use crate::storage::{Storage, StorageFile};
@@ -156,8 +156,17 @@ impl Storage for FaultStorage {
             // The operations stay pending: a crash may keep any prefix of them.
             return Err(io::Error::from_raw_os_error(EIO));
         }
-        s.durable_names = s.live_names.clone();
-        s.pending.clear();
+        // `live_names == durable_names + pending`: replaying the few pending operations is
+        // cheaper than copying the whole directory.
+        let DiskState {
+            durable_names,
+            pending,
+            ..
+        } = &mut *s;
+        for op in pending.drain(..) {
+            op.apply(durable_names);
+        }
+        debug_assert_eq!(s.durable_names, s.live_names);
         s.stats.dir_syncs += 1;
         s.collect_garbage();
         Ok(())
@@ -208,7 +217,7 @@ impl Drop for FaultFile {
         if let Some(inode) = s.inodes.get_mut(&self.ino) {
             inode.open_handles -= 1;
         }
-        s.collect_garbage();
+        s.collect_if_garbage(self.ino);
     }
 }
 
