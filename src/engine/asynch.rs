@@ -47,6 +47,9 @@ pub(crate) struct Wakers {
 struct DurableWaits {
     /// `(LSN, waker)` of every future waiting for its LSN to be acknowledged.
     pending: Vec<(Lsn, Waker)>,
+    /// The thread waits on `durable_changed` for something to await (not in a sync): only
+    /// then does a new registration notify it (a notify is a system call, once per call).
+    idle: bool,
     thread: Option<JoinHandle<()>>,
     stop: bool,
 }
@@ -98,10 +101,12 @@ fn run(shared: Arc<Shared>) {
             return;
         }
         let Some(target) = waits.pending.iter().map(|&(lsn, _)| lsn).max() else {
+            waits.idle = true;
             waits = wakers
                 .durable_changed
                 .wait(waits)
                 .expect("an engine lock poisoned by a panic");
+            waits.idle = false;
             continue;
         };
         drop(waits);
@@ -161,8 +166,10 @@ impl Future for Acknowledged<'_> {
                 waits.thread = Some(thread);
             }
             waits.pending.push((self.lsn, cx.waker().clone()));
+            if waits.idle {
+                sh.wakers.durable_changed.notify_one();
+            }
         }
-        sh.wakers.durable_changed.notify_one();
         // The thread may have acknowledged it between the check and the registration.
         match check() {
             Some(done) => Poll::Ready(done),

@@ -50,6 +50,13 @@ fn commit() -> String {
 
 /// Runs the plan of `opts` and returns everything measured.
 pub fn execute(opts: &Options) -> Results {
+    // The build of the sidecar binary (when cargo runs us) is not part of the run's time.
+    let build_started = Instant::now();
+    let sidecar_bin = match &opts.sidecar_bin {
+        Some(b) => Ok(b.clone()),
+        None => crate::sidecar::release_binary(),
+    };
+    let build_s = build_started.elapsed().as_secs_f64();
     let started = Instant::now();
     let load_at_start = super::machine::load_average().unwrap_or(f64::NAN);
     let date = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
@@ -68,10 +75,6 @@ pub fn execute(opts: &Options) -> Results {
         std::env::temp_dir().join(format!("timewheel-harness-{}", std::process::id()))
     });
     std::fs::create_dir_all(&root).expect("the data directory can be created");
-    let sidecar_bin = match &opts.sidecar_bin {
-        Some(b) => Ok(b.clone()),
-        None => crate::sidecar::release_binary(),
-    };
     let cx = Context {
         root: root.clone(),
         peers: !opts.no_peers,
@@ -106,6 +109,7 @@ pub fn execute(opts: &Options) -> Results {
         runs: sizes.runs,
         machine,
         elapsed_s: started.elapsed().as_secs_f64(),
+        build_s,
         skipped,
         workloads: results,
     }

@@ -60,8 +60,17 @@ pub fn markdown(r: &Results, level: usize, plots: &PlotLinks) -> String {
         out,
         "- {} runs per workload unless a table says otherwise, interleaved: each run goes \
          round-robin over the workload's systems, so drift of the machine hits all of them alike; \
-         the whole run took {:.0} s",
-        r.runs, r.elapsed_s
+         the whole run took {:.0} s{}",
+        r.runs,
+        r.elapsed_s,
+        if r.build_s >= 1.0 {
+            format!(
+                " (after {:.0} s building the release sidecar binary)",
+                r.build_s
+            )
+        } else {
+            String::new()
+        }
     );
     let _ = writeln!(
         out,

@@ -50,8 +50,12 @@ pub struct Results {
     pub runs: usize,
     /// The machine.
     pub machine: Machine,
-    /// How long the whole run took, s.
+    /// How long the whole run took, s, from after the sidecar binary's build.
     pub elapsed_s: f64,
+    /// How long building the release sidecar binary took first, s (0 when it was up to date
+    /// or not built by us).
+    #[serde(default)]
+    pub build_s: f64,
     /// Systems or workloads left out, and why (one line each).
     pub skipped: Vec<String>,
     /// The workloads, in the order they ran.
