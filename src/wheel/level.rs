@@ -97,9 +97,18 @@ pub(crate) fn ring_distance(from: usize, to: usize, slots: usize) -> u64 {
     ((to + slots - from) % slots) as u64
 }
 
+/// Where [`Level::slot`] points for a ring whose slots are not allocated yet.
+static NO_SLOT: Slot = Slot { blocks: Vec::new() };
+
 /// One ring: its slots plus a two-level occupancy bitmap.
 pub(crate) struct Level {
-    slots: Box<[Slot]>,
+    /// Allocated at the first write: until then every slot is empty. A wheel that never
+    /// uses a ring costs neither its allocation nor a pass over its slots when dropped (an
+    /// engine opens a fresh wheel at every open, and the simulation and the fuzzer open
+    /// thousands).
+    slots: Vec<Slot>,
+    /// How many slots the ring has.
+    len: usize,
     /// Whether new blocks start small and grow (see [`SMALL_BLOCK_ITEMS`]).
     small_blocks: bool,
     words: Box<[u64]>,
@@ -112,11 +121,27 @@ impl Level {
     pub(crate) fn new(slots: usize, small_blocks: bool) -> Self {
         assert!(slots > 0 && slots <= 64 * 64);
         Self {
-            slots: (0..slots).map(|_| Slot::default()).collect(),
+            slots: Vec::new(),
+            len: slots,
             small_blocks,
             words: vec![0; slots.div_ceil(64)].into_boxed_slice(),
             summary: 0,
         }
+    }
+
+    /// The slots, allocated now if they were not.
+    #[inline]
+    fn slots_mut(&mut self) -> &mut [Slot] {
+        if self.slots.is_empty() {
+            self.allocate();
+        }
+        &mut self.slots
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn allocate(&mut self) {
+        self.slots = (0..self.len).map(|_| Slot::default()).collect();
     }
 
     #[inline]
@@ -137,6 +162,9 @@ impl Level {
     /// Appends an item to `slot`.
     #[inline]
     pub(crate) fn push(&mut self, slot: usize, item: Item, pool: &mut Pool) {
+        if self.slots.is_empty() {
+            self.allocate();
+        }
         if self.slots[slot].is_empty() {
             self.mark(slot);
         }
@@ -146,6 +174,9 @@ impl Level {
     /// Takes the last item out of `slot`, keeping the bitmap in step.
     #[inline]
     pub(crate) fn pop(&mut self, slot: usize, pool: &mut Pool) -> Option<Item> {
+        if self.slots.is_empty() {
+            return None;
+        }
         let item = self.slots[slot].pop(pool);
         if self.slots[slot].is_empty() {
             self.unmark(slot);
@@ -157,33 +188,43 @@ impl Level {
     #[inline]
     pub(crate) fn take(&mut self, slot: usize) -> Slot {
         self.unmark(slot);
+        if self.slots.is_empty() {
+            return Slot::default();
+        }
         std::mem::take(&mut self.slots[slot])
     }
 
     /// Puts contents into the empty `slot`.
     pub(crate) fn put(&mut self, slot: usize, contents: Slot) {
-        assert!(self.slots[slot].is_empty(), "put onto occupied slot {slot}");
-        if !contents.is_empty() {
-            self.mark(slot);
+        assert!(self.slot(slot).is_empty(), "put onto occupied slot {slot}");
+        if contents.is_empty() {
+            return;
         }
-        self.slots[slot] = contents;
+        self.mark(slot);
+        self.slots_mut()[slot] = contents;
     }
 
     /// The contents of `slot`, to read or to sweep; [`settle`](Self::settle) after a sweep
     /// may have emptied it.
     #[inline]
     pub(crate) fn slot(&self, slot: usize) -> &Slot {
-        &self.slots[slot]
+        match self.slots.get(slot) {
+            Some(contents) => contents,
+            None => {
+                assert!(slot < self.len, "slot {slot} of a ring of {}", self.len);
+                &NO_SLOT
+            }
+        }
     }
 
     #[inline]
     pub(crate) fn slot_mut(&mut self, slot: usize) -> &mut Slot {
-        &mut self.slots[slot]
+        &mut self.slots_mut()[slot]
     }
 
     /// Brings the bitmap in step after [`slot_mut`](Self::slot_mut) changed `slot`.
     pub(crate) fn settle(&mut self, slot: usize) {
-        if self.slots[slot].is_empty() {
+        if self.slot(slot).is_empty() {
             self.unmark(slot);
         } else {
             self.mark(slot);
@@ -273,6 +314,33 @@ mod tests {
             index: 0,
             stamp: 0,
         }
+    }
+
+    #[test]
+    fn a_ring_allocates_its_slots_at_its_first_write_only() {
+        let (mut level, mut pool) = (Level::new(MINUTE_SLOTS, false), Pool::default());
+        // Reads, takes, pops and empty puts of a fresh ring see empty slots, allocate nothing.
+        assert!(level.slot(MINUTE_SLOTS - 1).is_empty());
+        assert!(level.take(7).is_empty());
+        assert_eq!(level.pop(7, &mut pool), None);
+        level.put(9, Slot::default());
+        level.settle(9);
+        assert_eq!(level.first_from(0), None);
+        assert!(
+            level.slots.is_empty(),
+            "nothing written: no slots allocated"
+        );
+        level.push(3_000, item(), &mut pool);
+        assert_eq!(level.slots.len(), MINUTE_SLOTS);
+        assert_eq!(level.first_from(0), Some(3_000));
+        assert_eq!(level.pop(3_000, &mut pool), Some(item()));
+        assert_eq!(level.first_from(0), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "of a ring of")]
+    fn a_slot_past_the_ring_is_refused_before_the_first_write_too() {
+        Level::new(SECOND_SLOTS, false).slot(SECOND_SLOTS);
     }
 
     #[test]
