@@ -421,6 +421,52 @@ mod tests {
     }
 
     // Every: the anchor itself first, then whole intervals, and None rather than a wrap.
+    // The parse cache serves each text its own parse, also past its size, when it starts
+    // over, and a refused text is refused again (errors are not cached).
+    #[test]
+    fn shared_parses_answer_for_their_own_expression() {
+        let day_ms = 86_400_000;
+        let texts: Vec<(String, u64)> = (0..24u64)
+            .flat_map(|h| {
+                (0..60u64).map(move |m| (format!("{m} {h} * * *"), (h * 60 + m) * 60_000))
+            })
+            .collect();
+        assert!(texts.len() > PARSE_CACHE_ENTRIES_MAX);
+        for round in 0..2 {
+            for (text, offset_ms) in &texts {
+                let cron = Recurrence::cron(text, "UTC").expect("a valid expression");
+                // Strictly after: a match exactly at `day_ms` is the next day's.
+                assert_eq!(
+                    cron.next_after(day_ms),
+                    Some(day_ms + if *offset_ms == 0 { day_ms } else { *offset_ms }),
+                    "{text}, round {round}"
+                );
+                // The zone is the schedule's, not the parse's: Tokyo is UTC+9 all year, so
+                // local h:m is (h - 9):m UTC, and a match exactly at `day_ms` is the next day's.
+                let utc_of_day_ms = (offset_ms + day_ms - 9 * 3_600_000) % day_ms;
+                let in_tokyo = Recurrence::cron(text, "Asia/Tokyo").expect("a valid expression");
+                assert_eq!(
+                    in_tokyo.next_after(day_ms),
+                    Some(
+                        day_ms
+                            + if utc_of_day_ms == 0 {
+                                day_ms
+                            } else {
+                                utc_of_day_ms
+                            }
+                    ),
+                    "{text} in Tokyo, round {round}"
+                );
+            }
+        }
+        for _ in 0..2 {
+            assert!(matches!(
+                Recurrence::cron("0 0 30 2 *", "UTC"),
+                Err(RecurError::BadCron { .. })
+            ));
+        }
+    }
+
     #[test]
     fn every_steps_from_the_anchor() {
         let every = Every::new(10, 100).unwrap();
