@@ -195,25 +195,21 @@ impl DiskState {
     /// last handle on it was dropped. Every other operation that can make files unreachable
     /// collects them all, so nothing else is garbage here.
     pub(super) fn collect_if_garbage(&mut self, ino: u64) {
-        let DiskState {
-            inodes,
-            live_names,
-            durable_names,
-            pending,
-            ..
-        } = self;
-        if inodes.get(&ino).is_none_or(|inode| inode.open_handles > 0) {
+        if self
+            .inodes
+            .get(&ino)
+            .is_none_or(|inode| inode.open_handles > 0)
+        {
             return;
         }
-        let reachable = live_names
-            .values()
-            .chain(durable_names.values())
-            .any(|&i| i == ino)
-            || pending
+        let named = self.live_names.values().chain(self.durable_names.values());
+        let reachable = named.copied().any(|i| i == ino)
+            || self
+                .pending
                 .iter()
                 .any(|op| matches!(op, DirOp::Create { ino: i, .. } if *i == ino));
         if !reachable {
-            inodes.remove(&ino);
+            self.inodes.remove(&ino);
         }
     }
 
