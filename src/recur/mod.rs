@@ -206,10 +206,10 @@ static PARSE_CACHE: Mutex<Option<HashMap<Box<str>, Arc<ParsedExpr>>>> = Mutex::n
 /// refuses or one that matches no date (errors are not cached).
 fn parse_expr(expr: &str) -> Result<Arc<ParsedExpr>, String> {
     // A poisoned cache only means a panic elsewhere while it was held; its entries are whole.
-    let cached = |cache: &Option<HashMap<Box<str>, Arc<ParsedExpr>>>| {
-        cache.as_ref().and_then(|c| c.get(expr)).cloned()
-    };
-    if let Some(hit) = cached(&PARSE_CACHE.lock().unwrap_or_else(PoisonError::into_inner)) {
+    let hit = (PARSE_CACHE.lock().unwrap_or_else(PoisonError::into_inner))
+        .as_ref()
+        .and_then(|cache| cache.get(expr).cloned());
+    if let Some(hit) = hit {
         return Ok(hit);
     }
     let cron = parser().parse(expr).map_err(|error| error.to_string())?;
@@ -420,7 +420,6 @@ mod tests {
         );
     }
 
-    // Every: the anchor itself first, then whole intervals, and None rather than a wrap.
     // The parse cache serves each text its own parse, also past its size, when it starts
     // over, and a refused text is refused again (errors are not cached).
     #[test]
@@ -432,29 +431,23 @@ mod tests {
             })
             .collect();
         assert!(texts.len() > PARSE_CACHE_ENTRIES_MAX);
+        // Strictly after `day_ms`: a match exactly at it is the next day's.
+        let next_from = |of_day_ms: u64| day_ms + if of_day_ms == 0 { day_ms } else { of_day_ms };
         for round in 0..2 {
             for (text, offset_ms) in &texts {
                 let cron = Recurrence::cron(text, "UTC").expect("a valid expression");
-                // Strictly after: a match exactly at `day_ms` is the next day's.
                 assert_eq!(
                     cron.next_after(day_ms),
-                    Some(day_ms + if *offset_ms == 0 { day_ms } else { *offset_ms }),
+                    Some(next_from(*offset_ms)),
                     "{text}, round {round}"
                 );
                 // The zone is the schedule's, not the parse's: Tokyo is UTC+9 all year, so
-                // local h:m is (h - 9):m UTC, and a match exactly at `day_ms` is the next day's.
+                // local h:m is (h - 9):m UTC.
                 let utc_of_day_ms = (offset_ms + day_ms - 9 * 3_600_000) % day_ms;
                 let in_tokyo = Recurrence::cron(text, "Asia/Tokyo").expect("a valid expression");
                 assert_eq!(
                     in_tokyo.next_after(day_ms),
-                    Some(
-                        day_ms
-                            + if utc_of_day_ms == 0 {
-                                day_ms
-                            } else {
-                                utc_of_day_ms
-                            }
-                    ),
+                    Some(next_from(utc_of_day_ms)),
                     "{text} in Tokyo, round {round}"
                 );
             }
@@ -467,6 +460,7 @@ mod tests {
         }
     }
 
+    // Every: the anchor itself first, then whole intervals, and None rather than a wrap.
     #[test]
     fn every_steps_from_the_anchor() {
         let every = Every::new(10, 100).unwrap();

@@ -645,11 +645,12 @@ pub fn cron_next(expr: &str, zone: &str, after_ms: u64) -> Option<u64> {
     thread_local! {
         static KNOWN: RefCell<Known> = RefCell::new(Known::default());
     }
-    let key = KNOWN.with(|k| {
+    let (key, known) = KNOWN.with(|k| {
         let mut k = k.borrow_mut();
-        (k.number(expr), k.number(zone), after_ms)
+        let key = (k.number(expr), k.number(zone), after_ms);
+        (key, k.next.get(&key).copied())
     });
-    if let Some(next) = KNOWN.with(|k| k.borrow().next.get(&key).copied()) {
+    if let Some(next) = known {
         return next;
     }
     let next = with_cron(expr, zone, after_ms, |cron, at| {
