@@ -10,6 +10,7 @@
 //! - [`harness`]: running them interleaved, and the report, JSON, plots and docs.
 
 pub mod alloc_count;
+pub mod cpu;
 pub mod engine;
 pub mod harness;
 pub mod peers;

@@ -10,20 +10,8 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use timewheel_benches::cpu::process_cpu_seconds;
 use timewheel_benches::engine::schedule::{single_async, single_threads};
-
-/// The process's user + system CPU time so far, in seconds (`/proc/self/stat`, in clock ticks
-/// of 1/100 s as Linux reports them to user space).
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat (Linux)");
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let after = &stat[stat.rfind(')').expect("a command name") + 2..];
-    let fields: Vec<&str> = after.split(' ').collect();
-    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name.
-    let ticks: u64 =
-        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
-    ticks as f64 / 100.0
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -34,14 +22,14 @@ fn main() {
     let root = std::env::temp_dir().join(format!("timewheel-cpu-per-call-{}", std::process::id()));
     for run in 1..=runs {
         let dir: PathBuf = root.join(format!("run-{run}"));
-        let (cpu0, t0) = (cpu_seconds(), Instant::now());
+        let (cpu0, t0) = (process_cpu_seconds(), Instant::now());
         let rate = match mode.as_str() {
             "threads" => single_threads(&dir, callers, secs),
             "async" => single_async(&dir, callers, secs),
             other => panic!("unknown mode {other:?}: async or threads"),
         };
         // The open and close are in the CPU time; they are small beside SECONDS of calls.
-        let (cpu, wall) = (cpu_seconds() - cpu0, t0.elapsed().as_secs_f64());
+        let (cpu, wall) = (process_cpu_seconds() - cpu0, t0.elapsed().as_secs_f64());
         let calls = rate * secs;
         println!(
             "{mode} x{callers} run {run}: {rate:.0} calls/s, {:.2} CPU-s per s, {:.1} µs CPU per call",

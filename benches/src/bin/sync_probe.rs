@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use memmap2::{Advice, MmapMut};
+use timewheel_benches::cpu::process_cpu_seconds;
 
 /// The file's size: a log segment's.
 const FILE_BYTES: u64 = 64 << 20;
@@ -23,17 +24,6 @@ const FILE_BYTES: u64 = 64 << 20;
 const WRITE_BYTES: usize = 100;
 /// The page size the log's files are zeroed in (single-page folios, as the storage does).
 const PAGE_BYTES: u64 = 4096;
-
-/// The process's user + system CPU time so far, in seconds (`/proc/self/stat`, in ticks of
-/// 1/100 s as Linux reports them).
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat (Linux)");
-    let after = &stat[stat.rfind(')').expect("a command name") + 2..];
-    let fields: Vec<&str> = after.split(' ').collect();
-    let ticks =
-        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
-    ticks as f64 / 100.0
-}
 
 /// A file of `FILE_BYTES`, written with zeros one page per write and synced: as a prepared
 /// log segment is.
@@ -62,7 +52,7 @@ fn measure(path: &PathBuf, mapped: bool, syncs: usize) -> (f64, f64) {
     let mut map = unsafe { MmapMut::map_mut(&file) }.expect("map the probe file");
     map.advise(Advice::Random).expect("madvise");
     let record = [7u8; WRITE_BYTES];
-    let (cpu0, t0) = (cpu_seconds(), Instant::now());
+    let (cpu0, t0) = (process_cpu_seconds(), Instant::now());
     for i in 0..syncs {
         let offset = i * WRITE_BYTES;
         if mapped {
@@ -75,7 +65,7 @@ fn measure(path: &PathBuf, mapped: bool, syncs: usize) -> (f64, f64) {
             file.sync_data().expect("fdatasync");
         }
     }
-    let (wall, cpu) = (t0.elapsed().as_secs_f64(), cpu_seconds() - cpu0);
+    let (wall, cpu) = (t0.elapsed().as_secs_f64(), process_cpu_seconds() - cpu0);
     drop(map);
     std::fs::remove_file(path).expect("remove the probe file");
     (syncs as f64 / wall, cpu / syncs as f64)
