@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,10 +22,15 @@ use timewheel_wal::testing::{CrashOptions, FaultDisk, SimRng};
 struct Ledger {
     /// Acknowledged schedules: id -> due.
     acked: HashMap<JobId, u64>,
+    /// The newest acknowledged ids, for the canceller to race the timer and the workers on.
+    recent: VecDeque<JobId>,
     cancelled: HashSet<JobId>,
     completed: HashSet<JobId>,
     claims: HashSet<(JobId, u32)>,
 }
+
+/// How many of the newest acknowledged ids the canceller picks from.
+const RECENT: usize = 256;
 
 fn config() -> Config {
     Config::new("/unused")
@@ -70,6 +75,10 @@ fn real_threads_keep_the_oracle() {
                         l.acked.insert(id, due).is_none(),
                         "id {id} handed out twice"
                     );
+                    if l.recent.len() == RECENT {
+                        l.recent.pop_front();
+                    }
+                    l.recent.push_back(id);
                 }
             }
             producing.store(false, Ordering::Release);
@@ -80,19 +89,20 @@ fn real_threads_keep_the_oracle() {
         threads.push(std::thread::spawn(move || {
             let mut rng = SimRng::new(99);
             while producing.load(Ordering::Acquire) {
-                let pick = {
+                // Recent ids are the ones still waiting. (Ids are not dense: a job's hour
+                // bucket is in its low bits, so the ids near a live one are mostly unknown.)
+                let ids: Vec<JobId> = {
                     let l = ledger.lock().unwrap();
-                    let n = l.acked.len() as u64;
-                    if n == 0 {
+                    if l.recent.is_empty() {
                         continue;
                     }
-                    // Recent ids are the ones still waiting.
-                    let newest = l.acked.keys().map(|id| id.0).max().unwrap_or(1);
-                    JobId(newest.saturating_sub(rng.below(64)).max(1))
+                    let n = l.recent.len() as u64;
+                    let mut ids: Vec<JobId> =
+                        (0..4).map(|_| l.recent[rng.below(n) as usize]).collect();
+                    ids.sort_unstable();
+                    ids.dedup();
+                    ids
                 };
-                let ids: Vec<JobId> = (0..4)
-                    .map(|k| JobId(pick.0.saturating_sub(k * 3).max(1)))
-                    .collect();
                 let out = engine.cancel_batch(&ids).expect("cancel");
                 let mut l = ledger.lock().unwrap();
                 for (id, o) in ids.iter().zip(out) {
