@@ -79,6 +79,10 @@ const REGRESSION_SEEDS: &[(u64, &str)] = &[
         "a file made ahead past a removed one taken for a missing segment",
     ),
     (
+        8028344,
+        "a pass failed after its manifest: memory kept the old one, whose runs were removed",
+    ),
+    (
         2033034,
         "a record body that looked like its group's mirror header ended the group in the iterator",
     ),

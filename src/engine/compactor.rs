@@ -96,6 +96,7 @@ impl Shared {
                 report,
                 far,
                 far_deleted,
+                cleanup,
             }) => {
                 let folded_to = manifest.covered_lsn;
                 store.manifest = manifest;
@@ -135,6 +136,11 @@ impl Shared {
                     elapsed_ms = report.elapsed.as_millis() as u64,
                     "compacted"
                 );
+                if let Some(e) = cleanup {
+                    // The new manifest stands (held above); what it no longer names is left
+                    // for the next open or pass to remove.
+                    return Err(self.compaction_failed(&mut store, e, true));
+                }
                 // Room again, most likely: the ballast back for the next time the disk fills.
                 if let Err(e) =
                     crate::store::ensure_ballast(self.wal.storage(), self.config.disk_ballast_bytes)

@@ -229,29 +229,43 @@ pub(crate) fn pass<S: Storage>(
     };
     // 4. The manifest, then what it no longer needs.
     replace_manifest(storage, &next).map_err(|e| unknown(e.into()))?;
-    for (bucket, run) in &doomed {
-        storage
-            .remove(&run_file_name(*bucket, run.generation))
-            .map_err(|e| unknown(e.into()))?;
-        report.runs_removed += 1;
-        report.run_bytes_removed += run.bytes;
-    }
-    if !doomed.is_empty() {
-        sync_dir(storage).map_err(|e| unknown(e.into()))?;
-    }
-    let before = wal.segments();
-    let deleted = wal
-        .delete_segments_below(fold_to + 1)
-        .map_err(|e| unknown(e.into()))?;
-    report.segments_deleted = deleted as u64;
-    report.journal_bytes_deleted = before.iter().take(deleted).map(|s| s.file_bytes).sum();
+    // From here on the new manifest is durable, and the caller must hold it whatever fails
+    // below: the old one names runs that may already be removed (a failed directory sync
+    // after the removals once left memory reading a far job from a run that was gone). A
+    // failure here leaves files the new manifest does not name (the next open removes them)
+    // or journal segments it covers (a later pass deletes them).
+    let cleanup = remove_replaced(wal, &doomed, fold_to, &mut report).err();
     report.elapsed = started.elapsed();
     Ok(PassOutput {
         manifest: next,
         report,
         far: far.new,
         far_deleted: far.deleted,
+        cleanup,
     })
+}
+
+/// Removes the runs a durable manifest no longer names, then the journal segments it covers.
+fn remove_replaced<S: Storage>(
+    wal: &Wal<S>,
+    doomed: &[(u64, RunRef)],
+    fold_to: Lsn,
+    report: &mut CompactionReport,
+) -> Result<()> {
+    let storage = wal.storage();
+    for (bucket, run) in doomed {
+        storage.remove(&run_file_name(*bucket, run.generation))?;
+        report.runs_removed += 1;
+        report.run_bytes_removed += run.bytes;
+    }
+    if !doomed.is_empty() {
+        sync_dir(storage)?;
+    }
+    let before = wal.segments();
+    let deleted = wal.delete_segments_below(fold_to + 1)?;
+    report.segments_deleted = deleted as u64;
+    report.journal_bytes_deleted = before.iter().take(deleted).map(|s| s.file_bytes).sum();
+    Ok(())
 }
 
 /// What a pass leaves: the new manifest (durable), what it did, the jobs it put into buckets
@@ -262,6 +276,9 @@ pub(crate) struct PassOutput {
     pub report: CompactionReport,
     pub far: Vec<FarJob>,
     pub far_deleted: Vec<JobId>,
+    /// A failure after the manifest was replaced, removing what it no longer needs: the
+    /// pass's result stands, and the caller reports this.
+    pub cleanup: Option<Error>,
 }
 
 /// A job a pass put into a bucket beyond the horizon, as it is there.
