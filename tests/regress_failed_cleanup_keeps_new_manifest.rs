@@ -17,16 +17,14 @@ use timewheel_wal::testing::{CrashOptions, FaultDisk, SyncFailure};
 
 const DAY_MS: u64 = 86_400_000;
 
+/// Small segments, and every pass into a bucket that has a run merges it, so that the pass
+/// replaces (removes) runs.
 fn config() -> Config {
-    let mut c = Config::new("/nonexistent-unused");
-    c.segment_bytes = 8192;
-    c.payload_bytes_max = 256;
-    c.fail_reason_bytes_max = 256;
-    c.timer_thread = false;
-    c.disk_ballast_bytes = 0;
-    // Every pass into a bucket that has a run merges it, so the pass replaces (removes) runs.
-    c.bucket_runs_max = 1;
-    c
+    common::config()
+        .segment_bytes(8192)
+        .payload_bytes_max(256)
+        .fail_reason_bytes_max(256)
+        .bucket_runs_max(1)
 }
 
 /// Schedules `n` jobs due `days` ahead, with payloads big enough to fill segments.
