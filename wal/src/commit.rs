@@ -67,7 +67,8 @@ struct State<F> {
     /// Callers blocked in [`GroupCommit::wait_durable`] until a sync ends.
     waiting: u32,
     /// Of the callers the last sync released, how many have not published a write since: the
-    /// appenders a new leader expects soon (see `wait_durable`).
+    /// appenders a new leader expects soon (see `wait_durable`). Counted down once per published
+    /// write, so a batch written in pieces counts more than once: it errs toward not yielding.
     released: u32,
 }
 
