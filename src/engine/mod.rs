@@ -350,29 +350,28 @@ impl Engine {
         let mut reserve = Vec::with_capacity(8);
         let mut ledger = lock(&sh.ids);
         // Idempotency keys, under the id lock (which orders schedules): a key held by a job,
-        // or by a schedule appended and not yet visible, or earlier in this batch, schedules
-        // nothing and answers that job's id.
+        // or by a schedule appended and not yet visible (earlier in this batch too), schedules
+        // nothing and answers that job's id. A new job's id is known before it is allocated
+        // (the id lock is held until the append), so one probe per key finds the holder or
+        // notes the new job as the key's pending schedule.
         let mut named: Vec<Named> = Vec::new();
+        let next_seq = ledger.last_id + 1;
         if !keys.is_empty() {
-            let state = sh.lock_state();
-            // The first spec of this batch naming each key (indexes into `keys`).
-            let mut batch = hashbrown::HashTable::<usize>::new();
-            let key_of = |j: usize| keys[j].as_ref().map(|(_, k)| &**k);
-            for (i, key) in keys.iter().enumerate() {
-                let Some((h, k)) = key else {
-                    named.push(Named::New);
-                    continue;
-                };
-                named.push(match state.keys.holder(*h, k) {
-                    Some(id) => Named::Existing(id),
-                    None => match batch.find(*h, |&j| key_of(j) == Some(&**k)) {
-                        Some(&first) => Named::SameAs(first),
-                        None => {
-                            batch.insert_unique(*h, i, |&j| keys[j].as_ref().map_or(0, |e| e.0));
-                            Named::New
+            let mut state = sh.lock_state();
+            let mut fresh = 0u64;
+            for (key, &due_ms) in keys.iter().zip(&dues) {
+                let n = match key {
+                    None => Named::New,
+                    Some((h, k)) => {
+                        let id = JobId::compose(next_seq + fresh, home_bucket(due_ms, now_ms));
+                        match state.keys.take_or_holder(*h, k, id) {
+                            None => Named::New,
+                            Some(holder) => Named::Existing(holder),
                         }
-                    },
-                });
+                    }
+                };
+                fresh += u64::from(n == Named::New);
+                named.push(n);
             }
             drop(state);
             if named.iter().any(|n| *n != Named::New) {
@@ -398,6 +397,10 @@ impl Engine {
             let alloc = ledger.allocate(ends.len() as u64, sh.config.id_block);
             (alloc.first, alloc.reserve_up_to)
         };
+        assert!(
+            ends.is_empty() || first == next_seq,
+            "the ids the keys noted pending are the ids allocated"
+        );
         let mut start = 0;
         for (i, (&end, &due_ms)) in ends.iter().zip(&new_dues).enumerate() {
             let id = JobId::compose(first + i as u64, home_bucket(due_ms, now_ms));
@@ -417,22 +420,11 @@ impl Engine {
                 let id = match *n {
                     Named::New => *fresh.next().expect("one new id per new spec"),
                     Named::Existing(id) => id,
-                    Named::SameAs(first) => out[first],
                 };
                 out.push(id);
             }
             out
         };
-        if !keys.is_empty() {
-            let mut state = sh.lock_state();
-            for ((id, key), n) in ids.iter().zip(&keys).zip(&named) {
-                if let Some((h, k)) = key
-                    && *n == Named::New
-                {
-                    state.keys.set_pending(*h, k, *id);
-                }
-            }
-        }
         if let Some(up_to) = reserve_up_to {
             Event::ReserveIds { up_to }.encode(&mut reserve);
         }
@@ -451,12 +443,16 @@ impl Engine {
                 lsn
             }
             Err(e) => {
-                // Nothing was written: the ids and keys are not taken.
+                // Nothing was written: the ids and keys are not taken. Only this batch's new
+                // jobs let go of their keys: a spec that named a job already appended (another
+                // batch's, pending until its commit) leaves that job its key.
                 *ledger = before;
                 if !keys.is_empty() {
                     let mut state = sh.lock_state();
-                    for (id, key) in ids.iter().zip(&keys) {
-                        if let Some((h, k)) = key {
+                    for ((id, key), n) in ids.iter().zip(&keys).zip(&named) {
+                        if let Some((h, k)) = key
+                            && *n == Named::New
+                        {
                             state.keys.clear_pending(*h, k, Some(*id));
                         }
                     }
@@ -874,10 +870,9 @@ fn schedule_records<'a>(body: &'a [u8], ends: &'a [usize]) -> impl Iterator<Item
 enum Named {
     /// A new job.
     New,
-    /// The key is held by this job: nothing is scheduled.
+    /// The key is held by this job (visible, or appended earlier, in this batch or another
+    /// one): nothing is scheduled.
     Existing(JobId),
-    /// The key was named earlier in the batch, by the spec at this index.
-    SameAs(usize),
 }
 
 /// The schedule records of `body` that are new jobs, end to end.

@@ -250,14 +250,16 @@ impl KeyIndex {
         self.find(hash, key).and_then(|e| e.held)
     }
 
-    /// The job holding `key`, visible or pending: who a new schedule naming it finds.
-    pub fn holder(&self, hash: u64, key: &[u8]) -> Option<JobId> {
-        self.find(hash, key).and_then(|e| e.held.or(e.pending))
-    }
-
-    /// Notes that `id`'s schedule naming `key` is appended, not yet visible.
-    pub fn set_pending(&mut self, hash: u64, key: &Arc<[u8]>, id: JobId) {
-        self.entry(hash, key, || Arc::clone(key)).pending = Some(id);
+    /// Who a new schedule of `key` finds: the job holding it, visible or pending. If there is
+    /// none, `id`'s schedule naming `key` is noted as appended, not yet visible (pending), and
+    /// `None` returned. One lookup.
+    pub fn take_or_holder(&mut self, hash: u64, key: &Arc<[u8]>, id: JobId) -> Option<JobId> {
+        let e = self.entry(hash, key, || Arc::clone(key));
+        if let Some(holder) = e.held.or(e.pending) {
+            return Some(holder);
+        }
+        e.pending = Some(id);
+        None
     }
 
     /// Forgets the pending schedule of `key`, if it is `id`'s (`None`: whoever's).
@@ -278,7 +280,22 @@ impl KeyIndex {
     /// and returns the key's allocation, for the job's own record of its key; or `None`, and
     /// changes nothing, when another job holds `key`. One lookup.
     pub fn hold(&mut self, hash: u64, key: &[u8], id: JobId) -> Option<Arc<[u8]>> {
-        let e = self.entry(hash, key, || Arc::from(key));
+        // The entry `id` is pending in is its key's (a job names one key): found without
+        // reading the key's bytes, a second cache miss.
+        let e = self
+            .table
+            .entry(
+                hash,
+                |e| e.hash == hash && (e.pending == Some(id) || *e.key == *key),
+                |e| e.hash,
+            )
+            .or_insert_with(|| KeyEntry {
+                hash,
+                key: Arc::from(key),
+                held: None,
+                pending: None,
+            })
+            .into_mut();
         if e.held.is_some_and(|other| other != id) {
             return None;
         }
@@ -291,10 +308,9 @@ impl KeyIndex {
 
     /// Lets go of `key` if `id` holds it.
     pub fn release(&mut self, hash: u64, key: &[u8], id: JobId) {
-        if let Some(e) = self
-            .table
-            .find_mut(hash, |e| e.hash == hash && *e.key == *key)
-            && e.held == Some(id)
+        if let Some(e) = self.table.find_mut(hash, |e| {
+            e.hash == hash && (e.held == Some(id) || *e.key == *key)
+        }) && e.held == Some(id)
         {
             e.held = None;
             self.prune(hash, key);
