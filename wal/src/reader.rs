@@ -148,7 +148,10 @@ impl<S: Storage> Iter<'_, S> {
             if off + RECORD_HEADER_BYTES as u64 > end {
                 return self.fail(id, off, CorruptionReason::RecordLength { len: 0 });
             }
-            let mut h = match self.window.get(&*file, end, off, RECORD_HEADER_BYTES) {
+            let mut h = match self
+                .window
+                .get_keeping(&*file, end, off, off, RECORD_HEADER_BYTES)
+            {
                 Ok(b) => decode_record_header(b),
                 Err(e) => return self.io_fail(e),
             };
@@ -157,7 +160,10 @@ impl<S: Storage> Iter<'_, S> {
             let mut at = off;
             let m = align_to(off, MIRROR_ALIGN);
             if off > self.block_start && m != off && m + RECORD_HEADER_BYTES as u64 <= end {
-                let mh = match self.window.get(&*file, end, m, RECORD_HEADER_BYTES) {
+                let mh = match self
+                    .window
+                    .get_keeping(&*file, end, off, m, RECORD_HEADER_BYTES)
+                {
                     Ok(b) => decode_record_header(b),
                     Err(e) => return self.io_fail(e),
                 };
@@ -175,7 +181,7 @@ impl<S: Storage> Iter<'_, S> {
                     // mirror ends the group either way: what the gap holds only decides
                     // whether its crc is checked (so a good block costs no extra pass).
                     let ends_here = h.is_zero()
-                        || match valid_at(&mut self.window, &*file, end, salt, m, &mh) {
+                        || match valid_at(&mut self.window, &*file, end, salt, off, m, &mh) {
                             Ok(valid) => valid && mh.lsn + 1 == self.expected_lsn,
                             Err(e) => return self.io_fail(e),
                         };
@@ -206,10 +212,14 @@ impl<S: Storage> Iter<'_, S> {
                 let record_type = h.record_type;
                 return self.fail(id, at, CorruptionReason::MisplacedLogRecord { record_type });
             }
-            let frame = match self.window.get(&*file, end, off, h.frame_bytes() as usize) {
-                Ok(frame) => frame,
-                Err(e) => return self.io_fail(e),
-            };
+            let frame =
+                match self
+                    .window
+                    .get_keeping(&*file, end, off, off, h.frame_bytes() as usize)
+                {
+                    Ok(frame) => frame,
+                    Err(e) => return self.io_fail(e),
+                };
             if let Err(reason) = check_record_crc(&h, crc_seed(salt, off), frame) {
                 return self.fail(id, off, reason);
             }
@@ -237,7 +247,10 @@ impl<S: Storage> Iter<'_, S> {
         };
         // The frame is in the window already (it was just checked): this `get` reads nothing
         // and can not fail, but an error is still reported rather than assumed away.
-        let frame = match self.window.get(&*file, end, off, h.frame_bytes() as usize) {
+        let frame = match self
+            .window
+            .get_keeping(&*file, end, off, off, h.frame_bytes() as usize)
+        {
             Ok(frame) => frame,
             Err(e) => {
                 self.done = true;
@@ -254,19 +267,21 @@ impl<S: Storage> Iter<'_, S> {
 }
 
 /// Whether the record with header `h` at `at` is valid there: its header checks out and fits
-/// before `end`, and its crc (seeded by `salt` and `at`) matches.
+/// before `end`, and its crc (seeded by `salt` and `at`) matches. The window keeps what it
+/// holds from `keep` on (the record the caller reads next).
 fn valid_at<F: StorageFile>(
     window: &mut Window,
     file: &F,
     end: u64,
     salt: u64,
+    keep: u64,
     at: u64,
     h: &RecordHeader,
 ) -> io::Result<bool> {
     if check_record_header(h, end - at).is_err() {
         return Ok(false);
     }
-    let frame = window.get(file, end, at, h.frame_bytes() as usize)?;
+    let frame = window.get_keeping(file, end, keep, at, h.frame_bytes() as usize)?;
     Ok(check_record_crc(h, crc_seed(salt, at), frame).is_ok())
 }
 

@@ -569,18 +569,30 @@ pub(crate) fn record_at<F: StorageFile>(
     salt: u64,
     off: u64,
 ) -> io::Result<Found> {
+    record_at_keeping(file, window, salt, off, off)
+}
+
+/// [`record_at`] for a scan that comes back to `keep` (`<= off`, its group's start): see
+/// [`Window::get_keeping`].
+fn record_at_keeping<F: StorageFile>(
+    file: &F,
+    window: &mut Window,
+    salt: u64,
+    keep: u64,
+    off: u64,
+) -> io::Result<Found> {
     let len = file.len_bytes();
     if off + RECORD_HEADER_BYTES as u64 > len {
         return Ok(Found::Bad(CorruptionReason::RecordLength { len: 0 }));
     }
-    let h = decode_record_header(window.get(file, len, off, RECORD_HEADER_BYTES)?);
+    let h = decode_record_header(window.get_keeping(file, len, keep, off, RECORD_HEADER_BYTES)?);
     if h.is_zero() {
         return Ok(Found::Zero);
     }
     if let Err(reason) = check_record_header(&h, len - off) {
         return Ok(Found::Bad(reason));
     }
-    let frame = window.get(file, len, off, h.frame_bytes() as usize)?;
+    let frame = window.get_keeping(file, len, keep, off, h.frame_bytes() as usize)?;
     Ok(match check_record_crc(&h, crc_seed(salt, off), frame) {
         Ok(()) => Found::Valid(h),
         Err(reason) => Found::Bad(reason),
@@ -605,7 +617,13 @@ fn mirror_at<F: StorageFile>(
     first_lsn: Lsn,
     checked_group: Option<u64>,
 ) -> io::Result<Option<(MirrorPrefix, u64)>> {
-    let Found::Valid(h) = record_at(file, window, salt, at)? else {
+    // With a checked group, the group is read again below, beside its mirror: kept.
+    let keep = if checked_group.is_some() && block_start <= at {
+        block_start
+    } else {
+        at
+    };
+    let Found::Valid(h) = record_at_keeping(file, window, salt, keep, at)? else {
         return Ok(None);
     };
     if h.record_type != RECORD_TYPE_MIRROR || (h.len as usize) <= MIRROR_PREFIX_BYTES {
@@ -730,7 +748,13 @@ pub(crate) fn scan_blocks<F: StorageFile>(
             if o > b && !o.is_multiple_of(MIRROR_ALIGN) {
                 let m = align_to(o, MIRROR_ALIGN);
                 if m + RECORD_HEADER_BYTES as u64 <= len {
-                    let mh = decode_record_header(window.get(file, len, m, RECORD_HEADER_BYTES)?);
+                    let mh = decode_record_header(window.get_keeping(
+                        file,
+                        len,
+                        b,
+                        m,
+                        RECORD_HEADER_BYTES,
+                    )?);
                     if mh.record_type == RECORD_TYPE_MIRROR
                         && u64::from(mh.len) == MIRROR_PREFIX_BYTES as u64 + (o - b)
                         && mirror_at(file, window, salt, m, b, first, Some(o - b))?
@@ -741,7 +765,7 @@ pub(crate) fn scan_blocks<F: StorageFile>(
                     }
                 }
             }
-            match record_at(file, window, salt, o)? {
+            match record_at_keeping(file, window, salt, b, o)? {
                 Found::Zero => break None,
                 Found::Bad(reason) => break Some(reason),
                 Found::Valid(h)

@@ -213,17 +213,50 @@ impl Window {
         offset: u64,
         len: usize,
     ) -> io::Result<&[u8]> {
+        self.get_keeping(file, limit, offset, offset, len)
+    }
+
+    /// Like [`Window::get`], for a caller that will come back to `keep` (`<= offset`): the
+    /// start of the record or group it is reading. When the request is not in the buffer and
+    /// `keep` is, the buffer goes on from `keep`: the bytes it holds from there are kept (moved
+    /// to its front) and only the rest is read, so a scan that reads a group record by record
+    /// and then compares the group with its mirror, or a record whose header and frame fall on
+    /// two sides of a chunk's end, reads each byte of the file once. A hint only: whatever
+    /// `keep` is, the bytes returned are the file's at `offset`.
+    pub(crate) fn get_keeping<F: StorageFile>(
+        &mut self,
+        file: &F,
+        limit: u64,
+        keep: u64,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<&[u8]> {
         let end = offset + len as u64;
-        assert!(end <= limit && limit <= file.len_bytes());
-        let inside = offset >= self.start && end <= self.start + self.len as u64;
-        if !inside {
-            let read = (limit - offset).min(self.chunk_bytes.max(len) as u64) as usize;
+        assert!(keep <= offset && end <= limit && limit <= file.len_bytes());
+        let held_end = self.start + self.len as u64;
+        if offset < self.start || end > held_end {
+            // From `keep` if the buffer holds it (then also what follows it in the buffer),
+            // else from `offset`.
+            let (from, have) = if keep >= self.start && keep < held_end {
+                let at = (keep - self.start) as usize;
+                (keep, self.len - at)
+            } else {
+                (offset, 0)
+            };
+            let span = (end - from) as usize;
+            let read = (limit - from).min(self.chunk_bytes.max(span) as u64) as usize;
+            // An earlier request's limit may have been further.
+            let have = have.min(read);
             if self.buf.len() < read {
                 self.buf.resize(read, 0);
             }
+            if have > 0 {
+                let at = (from - self.start) as usize;
+                self.buf.copy_within(at..at + have, 0);
+            }
             self.len = 0;
-            file.read_at(offset, &mut self.buf[..read])?;
-            self.start = offset;
+            file.read_at(from + have as u64, &mut self.buf[have..read])?;
+            self.start = from;
             self.len = read;
         }
         let at = (offset - self.start) as usize;
@@ -266,6 +299,88 @@ mod tests {
         b[199] = 0;
         b[3] = 1;
         assert!(!all_zero(&b));
+    }
+
+    /// A file in memory that counts the bytes read from it.
+    struct Counted {
+        bytes: Vec<u8>,
+        read: std::sync::atomic::AtomicU64,
+    }
+
+    impl StorageFile for Counted {
+        fn len_bytes(&self) -> u64 {
+            self.bytes.len() as u64
+        }
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+            let at = offset as usize;
+            buf.copy_from_slice(&self.bytes[at..at + buf.len()]);
+            self.read.fetch_add(buf.len() as u64, Ordering::Relaxed);
+            Ok(())
+        }
+        fn write_at(&self, _: u64, _: &[u8]) -> io::Result<()> {
+            unreachable!("read only")
+        }
+        fn sync_range(&self, _: u64, _: u64) -> io::Result<()> {
+            unreachable!("read only")
+        }
+    }
+
+    fn counted(len: usize) -> Counted {
+        Counted {
+            bytes: (0..len).map(|i| (i * 31 % 251) as u8).collect(),
+            read: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Whatever the requests and the kept offsets, a window answers the file's bytes.
+    #[test]
+    fn a_window_answers_the_files_bytes() {
+        let file = counted(100_000);
+        let mut w = Window::new(4096);
+        let mut x = 12345u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let len = (next() % 9000) as usize;
+            let offset = next() % (100_000 - len as u64 + 1);
+            let keep = offset - next() % (offset + 1).min(20_000);
+            let limit = offset + len as u64 + next() % (100_000 - offset - len as u64 + 1);
+            let got = w
+                .get_keeping(&file, limit, keep, offset, len)
+                .expect("read");
+            assert_eq!(got, &file.bytes[offset as usize..offset as usize + len]);
+        }
+    }
+
+    /// A scan that reads a group record by record, keeping its start, then the group with its
+    /// copy after it (recovery's mirror check), reads each byte of the file once. Without the
+    /// kept start, 1.5 times here; the open of a log of 1M schedules read 947 MB with `pread`
+    /// where it now reads 365 MB (the recovery scan and the replay each read the log once).
+    #[test]
+    fn a_scan_that_keeps_its_group_reads_each_byte_once() {
+        let (group, records) = (300_000u64, 1000u64);
+        let file = counted((8 * group) as usize);
+        let mut w = Window::new(64 << 10);
+        let mut b = 0;
+        while b + 2 * group <= file.len_bytes() {
+            for r in 0..records {
+                let off = b + r * (group / records);
+                w.get_keeping(&file, file.len_bytes(), b, off, 16)
+                    .expect("header");
+                w.get_keeping(&file, file.len_bytes(), b, off, (group / records) as usize)
+                    .expect("frame");
+            }
+            w.get_keeping(&file, file.len_bytes(), b, b + group, 64)
+                .expect("the copy's header");
+            let span = w.get(&file, file.len_bytes(), b, (2 * group) as usize);
+            assert_eq!(span.expect("group and copy").len() as u64, 2 * group);
+            b += 2 * group;
+        }
+        assert_eq!(file.read.load(Ordering::Relaxed), file.len_bytes());
     }
 
     #[test]
