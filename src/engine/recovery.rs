@@ -22,12 +22,13 @@ use super::ids::IdLedger;
 use super::state::{Mode, State};
 use crate::error::{Error, Result};
 use crate::job::JobId;
-use crate::record::{Event, ScheduleRecord};
+use crate::record::{Event, ScheduleRecord, TYPE_CANCEL, TYPE_COMPLETE, TYPE_SCHEDULE};
 use crate::stats::RecoveryStats;
 use crate::store::{self, bucket::StoredJob, manifest::Manifest};
 
-/// Jobs the table is sized for up front, at most.
-const RESERVE_JOBS_MAX: u64 = 4 << 20;
+/// Jobs the table is sized for up front, at most (from a manifest's count, or the journal's
+/// schedules less its cancels and completions).
+const RESERVE_JOBS_MAX: u64 = 1 << 28;
 
 /// A schedule's id must be the next in the ledger and name the job's home bucket.
 fn admit_schedule(
@@ -108,11 +109,22 @@ pub(super) fn replay<S: Storage>(
     state.counters.completed = manifest.completed;
     state.counters.cancelled = manifest.cancelled;
     state.counters.failed = manifest.failed;
-    // Most records of a young log are schedules: size the table once instead of rehashing it
-    // all the way up (bounded, since an old log is mostly finished jobs).
+    // Size the table once for the journal's jobs instead of rehashing it all the way up (a
+    // third of the open of 10M schedules): its schedules, less the cancels and completions
+    // that end them (an estimate: a far job's cancel counts against it, a burial does not).
+    let by_type = |t: u8| {
+        report
+            .records_by_type
+            .get(usize::from(t))
+            .copied()
+            .unwrap_or(0)
+    };
+    let journal_jobs = by_type(TYPE_SCHEDULE)
+        .saturating_sub(by_type(TYPE_CANCEL))
+        .saturating_sub(by_type(TYPE_COMPLETE));
     state
         .jobs
-        .reserve(report.records.min(RESERVE_JOBS_MAX) as usize);
+        .reserve(journal_jobs.min(RESERVE_JOBS_MAX) as usize);
     let mut ids = IdLedger {
         last_id: manifest.ids_last,
         reserved_up_to: manifest.ids_reserved,

@@ -125,10 +125,10 @@ pub enum RecurKind {
 #[derive(Debug, Clone, Copy)]
 pub struct CronNext {
     /// The first occurrence of an expression in a zone strictly after an instant (ms).
-    pub next: fn(&str, &str, u64) -> Option<u64>,
+    pub next: fn(&'static str, &'static str, u64) -> Option<u64>,
     /// The last occurrence at or before an instant, where the driver can tell it cheaply
     /// (`None`: walk forward instead).
-    pub prev: fn(&str, &str, u64) -> Option<u64>,
+    pub prev: fn(&'static str, &'static str, u64) -> Option<u64>,
 }
 
 /// The most occurrences a `FireAll` misfire looks at (docs/lifecycle.md): a cron schedule that
@@ -637,7 +637,7 @@ pub struct Model {
     pub misfire_threshold_ms: u64,
 }
 
-fn no_cron(_: &str, _: &str, _: u64) -> Option<u64> {
+fn no_cron(_: &'static str, _: &'static str, _: u64) -> Option<u64> {
     panic!("this driver has no cron model (Model::with_cron)")
 }
 

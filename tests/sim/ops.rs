@@ -622,35 +622,41 @@ pub const CRON: CronNext = CronNext {
 
 /// croner's next occurrence of `expr` in `zone` strictly after `after_ms` (remembered: a
 /// `FireAll` completion walks the chain of occurrences the previous one walked).
-pub fn cron_next(expr: &str, zone: &str, after_ms: u64) -> Option<u64> {
+pub fn cron_next(expr: &'static str, zone: &'static str, after_ms: u64) -> Option<u64> {
     use std::cell::RefCell;
     use std::collections::HashMap;
-    /// Answers by (expression, zone, instant), the strings numbered once: a lookup
-    /// allocates nothing.
+    use std::hash::{BuildHasherDefault, Hasher};
+    /// The answers are keyed by the strings' addresses and lengths (they are `'static`: those
+    /// name one text for good) and the instant, hashed by one multiplication: a walk of thousands
+    /// of occurrences spent most of its time hashing the strings.
     #[derive(Default)]
-    struct Known {
-        numbers: HashMap<String, usize>,
-        next: HashMap<(usize, usize, u64), Option<u64>>,
-    }
-    impl Known {
-        fn number(&mut self, text: &str) -> usize {
-            if let Some(&n) = self.numbers.get(text) {
-                return n;
+    struct Mix(u64);
+    impl Hasher for Mix {
+        fn write(&mut self, bytes: &[u8]) {
+            for &b in bytes {
+                self.write_u64(u64::from(b));
             }
-            let n = self.numbers.len();
-            self.numbers.insert(text.to_owned(), n);
-            n
+        }
+        fn write_u64(&mut self, n: u64) {
+            self.0 = (self.0 ^ n)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .rotate_left(29);
+        }
+        fn write_usize(&mut self, n: usize) {
+            self.write_u64(n as u64);
+        }
+        fn finish(&self) -> u64 {
+            self.0
         }
     }
+    type Known = HashMap<([usize; 4], u64), Option<u64>, BuildHasherDefault<Mix>>;
     thread_local! {
         static KNOWN: RefCell<Known> = RefCell::new(Known::default());
     }
-    let (key, known) = KNOWN.with(|k| {
-        let mut k = k.borrow_mut();
-        let key = (k.number(expr), k.number(zone), after_ms);
-        (key, k.next.get(&key).copied())
-    });
-    if let Some(next) = known {
+    let text = |s: &str| [s.as_ptr() as usize, s.len()];
+    let ([e, el], [z, zl]) = (text(expr), text(zone));
+    let key = ([e, el, z, zl], after_ms);
+    if let Some(next) = KNOWN.with(|k| k.borrow().get(&key).copied()) {
         return next;
     }
     let next = with_cron(expr, zone, after_ms, |cron, at| {
@@ -658,17 +664,17 @@ pub fn cron_next(expr: &str, zone: &str, after_ms: u64) -> Option<u64> {
     });
     KNOWN.with(|k| {
         let mut k = k.borrow_mut();
-        if k.next.len() >= 1 << 20 {
-            k.next.clear();
+        if k.len() >= 1 << 20 {
+            k.clear();
         }
-        k.next.insert(key, next);
+        k.insert(key, next);
     });
     next
 }
 
 /// croner's last occurrence at or before `at_ms`, in the zones without daylight saving time
 /// (elsewhere `None`: the model walks forward).
-pub fn cron_prev(expr: &str, zone: &str, at_ms: u64) -> Option<u64> {
+pub fn cron_prev(expr: &'static str, zone: &'static str, at_ms: u64) -> Option<u64> {
     if !matches!(zone, "UTC" | "Asia/Kolkata") {
         return None;
     }

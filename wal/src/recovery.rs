@@ -107,6 +107,10 @@ pub struct RecoveryReport {
     pub records: u64,
     /// Records of unknown reserved types skipped because they were marked skippable.
     pub skipped_records: u64,
+    /// The valid records by type (index: the record type; 256 entries), of the groups read in
+    /// place: the records of a group repaired from its mirror are counted in `records` only.
+    /// For a caller sizing what replay will build.
+    pub records_by_type: Vec<u64>,
     /// The first LSN in the log (`last_lsn + 1` when it holds no record).
     pub first_lsn: Lsn,
     /// The last LSN in the log (0 when nothing was ever written).
@@ -140,6 +144,7 @@ impl RecoveryReport {
             segments: 0,
             records: 0,
             skipped_records: 0,
+            records_by_type: vec![0; 256],
             first_lsn: 1,
             last_lsn: 0,
             bytes: 0,
@@ -151,6 +156,12 @@ impl RecoveryReport {
             segments_verified: 0,
             elapsed: Duration::ZERO,
         }
+    }
+}
+
+fn count_types(report: &mut RecoveryReport, types: &[u8]) {
+    for &t in types {
+        report.records_by_type[usize::from(t)] += 1;
     }
 }
 
@@ -734,12 +745,15 @@ pub(crate) fn scan_blocks<F: StorageFile>(
     };
     let mut b = from;
     let mut lsn = first_lsn;
+    // The types of the current group's records, counted once the group is accepted.
+    let mut types: Vec<u8> = Vec::new();
     while b < len {
         scan.end = b;
         // The group's records.
         let first = lsn;
         let mut o = b;
         let (mut records, mut skipped, mut bytes) = (0u64, 0u64, 0u64);
+        types.clear();
         // The loop found the group's valid mirror right after its last record.
         let mut mirror_ok = false;
         let stop = loop {
@@ -789,6 +803,7 @@ pub(crate) fn scan_blocks<F: StorageFile>(
                         Err(reason) => return Err(corrupted(id, o, reason)),
                     }
                     records += 1;
+                    types.push(h.record_type);
                     bytes += h.frame_bytes();
                     scan.vouched = scan.vouched.max(h.vouched_lsn());
                     o += h.frame_bytes();
@@ -825,6 +840,7 @@ pub(crate) fn scan_blocks<F: StorageFile>(
                 .is_some_and(|(p, g)| u64::from(p.count) == count && g == o - b)
             {
                 report.records += records;
+                count_types(report, &types);
                 report.skipped_records += skipped;
                 report.bytes += bytes;
                 scan.blocks.push(Block {
@@ -892,6 +908,7 @@ pub(crate) fn scan_blocks<F: StorageFile>(
                     "WAL damaged mirror of an intact group ignored");
                 report.damaged_mirrors += 1;
                 report.records += records;
+                count_types(report, &types);
                 report.skipped_records += skipped;
                 report.bytes += bytes;
                 scan.blocks.push(Block {
@@ -908,6 +925,7 @@ pub(crate) fn scan_blocks<F: StorageFile>(
         }
         // Damage. The records before it in this block survive a cut.
         report.records += records;
+        count_types(report, &types);
         report.skipped_records += skipped;
         report.bytes += bytes;
         if count > 0 {
