@@ -493,7 +493,8 @@ fn lateness(s: &Sizes, cx: &Context) -> Workload {
         note: format!(
             "{n} jobs pending, due evenly over {:.1} s (~100k fires/s). Lateness is the worker's \
              clock when its durable claim returns, minus the due time. timewheel: 2 workers \
-             take ids off the ready queue, claim and complete in batches. SQLite: a poller every \
+             each complete the batch they hold and claim the next (up to 4 096 ready jobs) \
+             in one call, one sync (`complete_and_claim_next`). SQLite: a poller every \
              ms selects due rows (1 000 at most) and marks them claimed in one transaction.",
             (n / 100) as f64 / 1000.0
         ),
