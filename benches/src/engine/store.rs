@@ -54,6 +54,9 @@ pub struct Recovery {
     pub open_ms: f64,
     /// Records replayed per second of the open.
     pub records_per_s: f64,
+    /// `timewheel verify`'s scan of the same directory afterwards ([`timewheel::inspect`]):
+    /// bytes of the log's segment files per second.
+    pub verify_bytes_per_s: f64,
 }
 
 /// `jobs` schedule records (16-byte payloads) in the journal, no compaction, the engine
@@ -76,9 +79,20 @@ pub fn recovery(dir: &Path, jobs: u64) -> Recovery {
     let elapsed = t.elapsed().as_secs_f64();
     let records = engine.recovery().records;
     engine.close().expect("close");
+    let log_bytes: u64 = std::fs::read_dir(dir)
+        .expect("the data directory")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".wal"))
+        .map(|e| e.metadata().expect("metadata").len())
+        .sum();
+    let t = Instant::now();
+    let found = timewheel::inspect::inspect(dir).expect("verify");
+    let verify_s = t.elapsed().as_secs_f64();
+    assert!(found.recovery.repaired.is_empty(), "a healthy log");
     Recovery {
         open_ms: elapsed * 1e3,
         records_per_s: records as f64 / elapsed,
+        verify_bytes_per_s: log_bytes as f64 / verify_s,
     }
 }
 

@@ -636,6 +636,10 @@ fn recovery(s: &Sizes, cx: &Context) -> Workload {
         Ok(vec![
             (Metric::higher("replay", "records/s"), rec.records_per_s),
             (Metric::lower("open", "ms"), rec.open_ms),
+            (
+                Metric::higher("timewheel verify, log files scanned", "MB/s"),
+                rec.verify_bytes_per_s / 1e6,
+            ),
         ])
     });
     Workload {
@@ -644,7 +648,9 @@ fn recovery(s: &Sizes, cx: &Context) -> Workload {
         note: format!(
             "{n} schedule records (16-byte payloads) in the journal, no compaction, the engine \
              abandoned as in a crash; the open locks, scans and checks every record, replays it \
-             and rebuilds the wheel."
+             and rebuilds the wheel. Then `timewheel verify`'s scan of the directory (the next \
+             open's recovery and replay, read only; `timewheel::inspect`) over the segment \
+             files' bytes."
         ),
         kind: Kind::Other,
         runs: s.runs,
