@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use timewheel::{Claimed, Config, Engine, JobId, JobSpec, ManualClock, Outcome};
+use timewheel::{Claimed, Config, Engine, Error, JobId, JobSpec, ManualClock, Outcome, Pending};
 use timewheel_wal::testing::{CrashOptions, FaultDisk};
 
 use common::T0;
@@ -21,6 +21,10 @@ fn config() -> Config {
     c.segment_bytes = 8 << 10;
     c.payload_bytes_max = 256;
     c.fail_reason_bytes_max = 64;
+    // A full disk meets a schedule in its own append (no reserve refuses it first, no back-off
+    // refuses it without trying).
+    c.no_space_reserve_bytes = 0;
+    c.no_space_retry_ms = 0;
     c
 }
 
@@ -43,6 +47,14 @@ enum Op {
     Compact,
     Reopen,
     Crash,
+    /// `schedule_batch_nowait` of a batch naming keys: appended, visible only at its commit.
+    NoWait(Vec<u8>),
+    /// Commit every batch appended without a wait, in order.
+    Commit,
+    /// Fill the log until it can not grow, then schedule a batch naming keys (and one job
+    /// without): its append fails, and it must leave every key as it was, those of the
+    /// batches appended and not yet committed included.
+    FailBatch(Vec<u8>),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -58,6 +70,9 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::Compact),
         1 => Just(Op::Reopen),
         1 => Just(Op::Crash),
+        2 => prop::collection::vec(0u8..12, 1..4).prop_map(Op::NoWait),
+        1 => Just(Op::Commit),
+        1 => prop::collection::vec(0u8..12, 1..4).prop_map(Op::FailBatch),
     ]
 }
 
@@ -71,6 +86,10 @@ struct World {
     dead: HashSet<JobId>,
     /// Every id ever handed out: a new job never gets an old one.
     seen: HashSet<JobId>,
+    /// Batches appended without a wait, in order, with the keys each made pending.
+    tickets: Vec<(Pending, Vec<(Vec<u8>, JobId)>)>,
+    /// Key -> the appended, not yet visible job holding it.
+    pending: BTreeMap<Vec<u8>, JobId>,
 }
 
 impl World {
@@ -91,7 +110,7 @@ impl World {
 
     fn scheduled(&mut self, k: Option<Vec<u8>>, id: JobId) {
         match k {
-            Some(k) => match self.held.get(&k) {
+            Some(k) => match self.held.get(&k).or(self.pending.get(&k)) {
                 Some(&holder) => assert_eq!(id, holder, "key {k:?} returned another job"),
                 None => {
                     assert!(self.seen.insert(id), "id {id} handed out twice");
@@ -99,6 +118,34 @@ impl World {
                 }
             },
             None => assert!(self.seen.insert(id), "id {id} handed out twice"),
+        }
+    }
+
+    /// `schedule_batch_nowait` naming `keys` returned `ids`: a key held or pending answers its
+    /// job; the batch's first spec naming a free key makes it pending.
+    fn appended(&mut self, keys: &[u8], ids: &[JobId]) -> Vec<(Vec<u8>, JobId)> {
+        let mut made = Vec::new();
+        for (&k, &id) in keys.iter().zip(ids) {
+            let k = key(k);
+            match self.held.get(&k).or(self.pending.get(&k)) {
+                Some(&holder) => assert_eq!(id, holder, "key {k:?} returned another job"),
+                None => {
+                    assert!(self.seen.insert(id), "id {id} handed out twice");
+                    self.pending.insert(k.clone(), id);
+                    made.push((k, id));
+                }
+            }
+        }
+        made
+    }
+
+    fn commit_all(&mut self) {
+        for (ticket, made) in std::mem::take(&mut self.tickets) {
+            self.engine().commit(ticket).expect("commit");
+            for (k, id) in made {
+                assert_eq!(self.pending.remove(&k), Some(id));
+                self.held.insert(k, id);
+            }
         }
     }
 
@@ -174,17 +221,54 @@ impl World {
             }
             Op::Advance(h) => self.clock.advance(h * HOUR_MS),
             Op::Compact => {
+                self.commit_all();
                 self.engine().sync().expect("sync");
                 self.engine().compact().expect("compact");
             }
             Op::Reopen => {
+                self.commit_all();
                 self.engine.take().expect("open").close().expect("close");
                 self.open();
             }
             Op::Crash => {
+                self.commit_all();
                 self.engine.take().expect("open").abandon();
                 self.disk = self.disk.crash(&CrashOptions::all_unsynced());
                 self.open();
+            }
+            Op::NoWait(keys) => {
+                let specs = keys.iter().map(|&k| JobSpec::at(now + HOUR_MS).key(key(k)));
+                let (ids, ticket) = self.engine().schedule_batch_nowait(specs).expect("append");
+                let made = self.appended(keys, &ids);
+                self.tickets.push((ticket, made));
+            }
+            Op::Commit => self.commit_all(),
+            Op::FailBatch(keys) => {
+                self.disk.set_enospc(true);
+                let mut full = false;
+                for _ in 0..400 {
+                    match self
+                        .engine()
+                        .schedule(JobSpec::at(now + HOUR_MS).payload([1u8; 200]))
+                    {
+                        Ok(id) => self.scheduled(None, id),
+                        Err(Error::NoSpace { .. }) => {
+                            full = true;
+                            break;
+                        }
+                        Err(e) => panic!("unexpected {e:?}"),
+                    }
+                }
+                assert!(full, "the log filled up");
+                let specs = keys
+                    .iter()
+                    .map(|&k| JobSpec::at(now + HOUR_MS).key(key(k)))
+                    .chain([JobSpec::at(now + HOUR_MS)]);
+                match self.engine().schedule_batch(specs) {
+                    Err(Error::NoSpace { .. }) => {}
+                    other => panic!("expected NoSpace, got {other:?}"),
+                }
+                self.disk.set_enospc(false);
             }
         }
     }
@@ -214,12 +298,17 @@ proptest! {
             held: BTreeMap::new(),
             dead: HashSet::new(),
             seen: HashSet::new(),
+            tickets: Vec::new(),
+            pending: BTreeMap::new(),
         };
         w.open();
         for op in &ops {
             w.step(op);
             w.check();
         }
+        // Everything appended is committed, and the keys survive a reopen as they were.
+        w.step(&Op::Reopen);
+        w.check();
     }
 }
 
