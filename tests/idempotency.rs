@@ -76,6 +76,9 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// The keys a batch appended without a wait made pending, with their jobs.
+type Made = Vec<(Vec<u8>, JobId)>;
+
 struct World {
     disk: FaultDisk,
     clock: ManualClock,
@@ -87,7 +90,7 @@ struct World {
     /// Every id ever handed out: a new job never gets an old one.
     seen: HashSet<JobId>,
     /// Batches appended without a wait, in order, with the keys each made pending.
-    tickets: Vec<(Pending, Vec<(Vec<u8>, JobId)>)>,
+    tickets: Vec<(Pending, Made)>,
     /// Key -> the appended, not yet visible job holding it.
     pending: BTreeMap<Vec<u8>, JobId>,
 }
@@ -123,7 +126,7 @@ impl World {
 
     /// `schedule_batch_nowait` naming `keys` returned `ids`: a key held or pending answers its
     /// job; the batch's first spec naming a free key makes it pending.
-    fn appended(&mut self, keys: &[u8], ids: &[JobId]) -> Vec<(Vec<u8>, JobId)> {
+    fn appended(&mut self, keys: &[u8], ids: &[JobId]) -> Made {
         let mut made = Vec::new();
         for (&k, &id) in keys.iter().zip(ids) {
             let k = key(k);
