@@ -1,0 +1,46 @@
+//! The resident memory of the process that schedules far-future jobs, as it goes: `N` jobs due
+//! over 30 days with a 2-hour horizon, in batches of 100,000, each compacted at once (as in the
+//! harness's `horizon` workload); prints the process's RSS every million jobs.
+//!
+//! `cargo run --release -p timewheel-benches --example writer_rss -- 4000000`
+
+use timewheel::{Config, Engine, JobSpec};
+
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+fn main() {
+    let jobs: u64 = std::env::args()
+        .nth(1)
+        .map_or(4_000_000, |s| s.parse().expect("a job count"));
+    let dir = std::path::PathBuf::from("target/writer-rss");
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = Config::new(&dir)
+        .compact_interval_ms(0)
+        .horizon_ms(2 * 3_600_000);
+    let engine = Engine::open(config).expect("open");
+    let start = timewheel::Clock::now_ms(&timewheel::SystemClock) + 60_000;
+    let span = 30 * 24 * 3_600_000u64;
+    let mut i = 0;
+    while i < jobs {
+        let m = 100_000.min(jobs - i);
+        engine
+            .schedule_batch(
+                (i..i + m).map(|k| JobSpec::at(start + k * 7_919 % span).payload([5u8; 16])),
+            )
+            .expect("schedule");
+        i += m;
+        while engine.compact().expect("compact").records > 0 {}
+        if i % 1_000_000 == 0 {
+            println!("{i} jobs scheduled: {:.0} MiB resident", rss_mib());
+        }
+    }
+    engine.close().expect("close");
+    let _ = std::fs::remove_dir_all(&dir);
+}
