@@ -38,7 +38,13 @@ fn main() {
         i += m;
         while engine.compact().expect("compact").records > 0 {}
         if i % 1_000_000 == 0 {
-            println!("{i} jobs scheduled: {:.0} MiB resident", rss_mib());
+            let store = engine.store_stats();
+            println!(
+                "{i} jobs scheduled: {:.0} MiB resident; {} jobs in memory ({} evicted)",
+                rss_mib(),
+                engine.stats().scheduled - store.non_resident,
+                store.evicted
+            );
         }
     }
     engine.close().expect("close");
