@@ -4,7 +4,7 @@
 //!
 //! `cargo run --release -p timewheel-benches --example writer_rss -- 4000000`
 
-use timewheel::{Config, Engine, JobSpec};
+use timewheel::Engine;
 
 fn rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
@@ -21,22 +21,9 @@ fn main() {
         .map_or(4_000_000, |s| s.parse().expect("a job count"));
     let dir = std::path::PathBuf::from("target/writer-rss");
     let _ = std::fs::remove_dir_all(&dir);
-    let config = Config::new(&dir)
-        .compact_interval_ms(0)
-        .horizon_ms(2 * 3_600_000);
-    let engine = Engine::open(config).expect("open");
-    let start = timewheel::Clock::now_ms(&timewheel::SystemClock) + 60_000;
-    let span = 30 * 24 * 3_600_000u64;
-    let mut i = 0;
-    while i < jobs {
-        let m = 100_000.min(jobs - i);
-        engine
-            .schedule_batch(
-                (i..i + m).map(|k| JobSpec::at(start + k * 7_919 % span).payload([5u8; 16])),
-            )
-            .expect("schedule");
-        i += m;
-        while engine.compact().expect("compact").records > 0 {}
+    let engine =
+        Engine::open(timewheel_benches::engine::store::horizon_config(&dir)).expect("open");
+    timewheel_benches::engine::store::schedule_far(&engine, jobs, |i| {
         if i % 1_000_000 == 0 {
             let store = engine.store_stats();
             println!(
@@ -46,7 +33,7 @@ fn main() {
                 store.evicted
             );
         }
-    }
+    });
     engine.close().expect("close");
     let _ = std::fs::remove_dir_all(&dir);
 }

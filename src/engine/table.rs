@@ -220,10 +220,21 @@ impl KeyIndex {
         self.table.find(hash, |e| e.hash == hash && *e.key == *key)
     }
 
-    /// The entry of `key`, made empty if there is none.
-    fn entry(&mut self, hash: u64, key: &[u8], alloc: impl FnOnce() -> Arc<[u8]>) -> &mut KeyEntry {
+    /// The entry of `key`, made empty if there is none. With `pending = Some(id)`, an entry
+    /// `id` is pending in is taken as `key`'s without reading the key's bytes (a second cache
+    /// miss): a job names one key.
+    fn entry(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        pending: Option<JobId>,
+        alloc: impl FnOnce() -> Arc<[u8]>,
+    ) -> &mut KeyEntry {
+        let same = |e: &KeyEntry| {
+            e.hash == hash && ((pending.is_some() && e.pending == pending) || *e.key == *key)
+        };
         self.table
-            .entry(hash, |e| e.hash == hash && *e.key == *key, |e| e.hash)
+            .entry(hash, same, |e| e.hash)
             .or_insert_with(|| KeyEntry {
                 hash,
                 key: alloc(),
@@ -254,7 +265,7 @@ impl KeyIndex {
     /// none, `id`'s schedule naming `key` is noted as appended, not yet visible (pending), and
     /// `None` returned. One lookup.
     pub fn take_or_holder(&mut self, hash: u64, key: &Arc<[u8]>, id: JobId) -> Option<JobId> {
-        let e = self.entry(hash, key, || Arc::clone(key));
+        let e = self.entry(hash, key, None, || Arc::clone(key));
         if let Some(holder) = e.held.or(e.pending) {
             return Some(holder);
         }
@@ -280,22 +291,7 @@ impl KeyIndex {
     /// and returns the key's allocation, for the job's own record of its key; or `None`, and
     /// changes nothing, when another job holds `key`. One lookup.
     pub fn hold(&mut self, hash: u64, key: &[u8], id: JobId) -> Option<Arc<[u8]>> {
-        // The entry `id` is pending in is its key's (a job names one key): found without
-        // reading the key's bytes, a second cache miss.
-        let e = self
-            .table
-            .entry(
-                hash,
-                |e| e.hash == hash && (e.pending == Some(id) || *e.key == *key),
-                |e| e.hash,
-            )
-            .or_insert_with(|| KeyEntry {
-                hash,
-                key: Arc::from(key),
-                held: None,
-                pending: None,
-            })
-            .into_mut();
+        let e = self.entry(hash, key, Some(id), || Arc::from(key));
         if e.held.is_some_and(|other| other != id) {
             return None;
         }

@@ -141,10 +141,29 @@ pub fn compaction(dir: &Path, jobs: u64) -> Compaction {
     }
 }
 
-fn horizon_config(dir: &Path) -> Config {
+pub fn horizon_config(dir: &Path) -> Config {
     Config::new(dir)
         .compact_interval_ms(0)
         .horizon_ms(2 * 3_600_000)
+}
+
+/// Schedules `jobs` jobs due over 30 days from a minute ahead, in batches of 100,000, each
+/// compacted at once as the background compactor would; `after_batch` gets the count so far.
+pub fn schedule_far(engine: &Engine, jobs: u64, mut after_batch: impl FnMut(u64)) {
+    let start = now_ms() + 60_000;
+    let span = 30 * 24 * 3_600_000u64;
+    let mut i = 0;
+    while i < jobs {
+        let m = 100_000.min(jobs - i);
+        engine
+            .schedule_batch(
+                (i..i + m).map(|k| JobSpec::at(start + k * 7_919 % span).payload([5u8; 16])),
+            )
+            .expect("schedule");
+        i += m;
+        while engine.compact().expect("compact").records > 0 {}
+        after_batch(i);
+    }
 }
 
 /// What the horizon run measured.
@@ -177,21 +196,8 @@ pub const HORIZON_CHILD_ARG: &str = "horizon-reopen";
 /// fresh process (whose memory is its own), which reports its open time and resident memory.
 pub fn horizon(dir: &Path, jobs: u64, exe: &Path) -> Result<Horizon, String> {
     let engine = Engine::open(horizon_config(dir)).expect("open");
-    let start = now_ms() + 60_000;
-    let span = 30 * 24 * 3_600_000u64;
     let t = Instant::now();
-    let mut i = 0;
-    while i < jobs {
-        let m = 100_000.min(jobs - i);
-        engine
-            .schedule_batch(
-                (i..i + m).map(|k| JobSpec::at(start + k * 7_919 % span).payload([5u8; 16])),
-            )
-            .expect("schedule");
-        i += m;
-        // Folding as it goes, as the background compactor would.
-        while engine.compact().expect("compact").records > 0 {}
-    }
+    schedule_far(&engine, jobs, |_| {});
     let scheduled_per_s = jobs as f64 / t.elapsed().as_secs_f64();
     engine.close().expect("close");
     let out = std::process::Command::new(exe)
