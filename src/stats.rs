@@ -28,6 +28,9 @@ pub struct RecoveryStats {
     /// Damage to one copy of a group commit, repaired from the other: `(segment, offset of
     /// the damage, what was wrong)`. The data is intact, but the medium lost bytes it had.
     pub repaired: Vec<(u64, u64, timewheel_wal::CorruptionReason)>,
+    /// Group commits whose records were intact but whose second copy (the mirror) was
+    /// damaged: the copy is written anew. The data is whole, but the medium lost bytes.
+    pub damaged_mirrors: u64,
     /// Hour buckets loaded from their files (those within the resident horizon).
     pub buckets: u64,
     /// Jobs loaded from bucket files; the journal after them is replayed as `records`.

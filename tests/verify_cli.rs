@@ -201,3 +201,49 @@ fn a_closed_stdout_does_not_change_the_exit_code() {
         assert_eq!(status.code(), Some(0), "{command}: healthy, stdout closed");
     }
 }
+
+/// A record with valid checksums that the state machine could not have written (a completion
+/// of a job the log never scheduled): `verify` checks the files' format and finds them whole;
+/// `verify --deep` and `inspect` replay it as an open does, and refuse it with its LSN, as the
+/// open does.
+#[test]
+fn verify_checks_the_format_and_deep_replays_as_the_open_does() {
+    let dir = TempDir::new("verify-deep");
+    let engine = Engine::open(small(&dir.0)).unwrap();
+    fill(&engine);
+    engine.close().unwrap();
+    let opts = timewheel_wal::WalOptions {
+        segment_bytes: small(&dir.0).segment_bytes,
+        record_bytes_max: 4096,
+        ..timewheel_wal::WalOptions::default()
+    };
+    let (wal, _) = timewheel_wal::Wal::open_dir(&dir.0, opts).unwrap();
+    let never = timewheel::record::Event::Complete {
+        id: timewheel::JobId(u64::MAX >> 8),
+        attempt: 1,
+    };
+    let mut body = Vec::new();
+    never.encode(&mut body);
+    let lsn = wal.append(never.record_type(), &body).unwrap();
+    wal.close().unwrap();
+    let before = snapshot(&dir.0);
+
+    let out = run(&["verify", "--json"], &dir.0);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["replayed"], false, "{v}");
+    assert_eq!(v["healthy"], true, "{v}");
+    assert!(v["records"].as_u64().unwrap() >= 401, "{v}");
+
+    for args in [
+        &["verify", "--deep", "--json"][..],
+        &["inspect", "--json"][..],
+    ] {
+        let out = run(args, &dir.0);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["damage"]["lsn"], lsn, "{args:?}: {v}");
+    }
+    assert!(Engine::open(small(&dir.0)).is_err(), "the open refuses it");
+    assert_eq!(snapshot(&dir.0), before, "nothing changed the directory");
+}

@@ -26,7 +26,8 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use timewheel::Error;
-use timewheel::inspect::{Inspection, inspect};
+use timewheel::inspect::{Inspection, Verification, inspect, verify};
+use timewheel::stats::{RecoveryStats, StoreStats};
 
 /// Options of `timewheel inspect` and `timewheel verify`.
 #[derive(clap::Args, Debug)]
@@ -37,6 +38,11 @@ pub struct CheckArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// `verify` only: also replay every record through the state machine, as an open does
+    /// (what `inspect` does), instead of checking the files' format alone. Slower: it rebuilds
+    /// every job in memory.
+    #[arg(long)]
+    pub deep: bool,
 }
 
 /// Exit code: healthy.
@@ -68,18 +74,25 @@ pub fn run(args: &CheckArgs, mode: Mode) -> ExitCode {
         bar.enable_steady_tick(Duration::from_millis(100));
         bar
     });
-    let found = inspect(&args.dir);
+    let found = if mode == Mode::Verify && !args.deep {
+        verify(&args.dir).map(Found::Scanned)
+    } else {
+        inspect(&args.dir).map(Found::Replayed)
+    };
     if let Some(bar) = spinner {
         bar.finish_and_clear();
     }
     match found {
         Ok(found) => {
             report(args, mode, &found);
-            ExitCode::from(if found.recovery.repaired.is_empty() {
-                HEALTHY
-            } else {
-                DAMAGED
-            })
+            let (recovery, _) = found.files();
+            ExitCode::from(
+                if recovery.repaired.is_empty() && recovery.damaged_mirrors == 0 {
+                    HEALTHY
+                } else {
+                    DAMAGED
+                },
+            )
         }
         Err(e) => {
             let code = match e {
@@ -94,29 +107,62 @@ pub fn run(args: &CheckArgs, mode: Mode) -> ExitCode {
     }
 }
 
-fn report(args: &CheckArgs, mode: Mode, f: &Inspection) {
-    let r = &f.recovery;
+/// What the check found: the files' format alone (`verify`), or the whole open (`verify
+/// --deep`, `inspect`).
+enum Found {
+    Scanned(Verification),
+    Replayed(Inspection),
+}
+
+impl Found {
+    /// The journal's scan and the files.
+    fn files(&self) -> (&RecoveryStats, &StoreStats) {
+        match self {
+            Found::Scanned(v) => (&v.recovery, &v.store),
+            Found::Replayed(i) => (&i.recovery, &i.store),
+        }
+    }
+
+    fn is_healthy(&self) -> bool {
+        match self {
+            Found::Scanned(v) => v.is_healthy(),
+            Found::Replayed(i) => i.is_healthy(),
+        }
+    }
+}
+
+fn report(args: &CheckArgs, mode: Mode, found: &Found) {
+    let (r, st) = found.files();
+    let damaged_mirrors = r.damaged_mirrors;
+    let replayed = match found {
+        Found::Replayed(i) => Some(i),
+        Found::Scanned(_) => None,
+    };
     if args.json {
         let mut out = serde_json::json!({
             "dir": args.dir,
-            "healthy": f.is_healthy(),
+            "healthy": found.is_healthy(),
+            "replayed": replayed.is_some(),
             "records": r.records,
             "segments": r.segments,
             "bytes": r.bytes,
             "skipped_records": r.skipped,
             "torn_tail": r.torn_tail.map(|(segment, offset)| serde_json::json!({"segment": segment, "offset": offset})),
             "repaired": r.repaired.iter().map(|(segment, offset, reason)| serde_json::json!({"segment": segment, "offset": offset, "reason": reason.to_string()})).collect::<Vec<_>>(),
+            "damaged_mirrors": damaged_mirrors,
             "store": serde_json::json!({
-                "journal_segments": f.store.journal_segments,
-                "journal_bytes": f.store.journal_bytes,
-                "buckets": f.store.buckets,
-                "bucket_files": f.store.bucket_files,
-                "bucket_bytes": f.store.bucket_bytes,
-                "bucket_jobs": f.store.bucket_jobs,
-                "covered_lsn": f.store.covered_lsn,
+                "journal_segments": st.journal_segments,
+                "journal_bytes": st.journal_bytes,
+                "buckets": st.buckets,
+                "bucket_files": st.bucket_files,
+                "bucket_bytes": st.bucket_bytes,
+                "bucket_jobs": st.bucket_jobs,
+                "covered_lsn": st.covered_lsn,
             }),
         });
-        if mode == Mode::Inspect {
+        if mode == Mode::Inspect
+            && let Some(f) = replayed
+        {
             out["jobs"] = serde_json::json!({
                 "scheduled": f.scheduled,
                 "ready": f.ready,
@@ -134,13 +180,17 @@ fn report(args: &CheckArgs, mode: Mode, f: &Inspection) {
     }
     outln!("{}", args.dir.display());
     outln!(
-        "  log: {} records in {} segments, {} bytes scanned, every record's checksum and \
-         sequence checked, and replayed through the state machine",
+        "  log: {} records in {} segments, {} bytes scanned, every record's checksum, \
+         sequence and copy checked, {}",
         r.records,
         r.segments,
-        r.bytes
+        r.bytes,
+        if replayed.is_some() {
+            "and replayed through the state machine"
+        } else {
+            "every body decoded (not replayed: `verify --deep` replays, as an open does)"
+        }
     );
-    let st = &f.store;
     outln!(
         "  buckets: {} hour buckets in {} files, {} bytes, {} jobs, covering the journal up to \
          LSN {} (every file's checksums checked); journal: {} segment files, {} bytes",
@@ -171,7 +221,15 @@ fn report(args: &CheckArgs, mode: Mode, f: &Inspection) {
              group commit is intact, and the next open repairs it (check the disk)"
         );
     }
-    if mode == Mode::Inspect {
+    if damaged_mirrors > 0 {
+        outln!(
+            "  DAMAGE: {damaged_mirrors} group commits have intact records but a damaged second \
+             copy; the next open writes fresh copies (check the disk)"
+        );
+    }
+    if mode == Mode::Inspect
+        && let Some(f) = replayed
+    {
         outln!(
             "  jobs: {} scheduled, {} to deliver at the next open ({} missed while down, {} \
              interrupted while running); over the directory's life {} completed, {} \
@@ -190,7 +248,7 @@ fn report(args: &CheckArgs, mode: Mode, f: &Inspection) {
     }
     outln!(
         "  {}",
-        if r.repaired.is_empty() {
+        if r.repaired.is_empty() && damaged_mirrors == 0 {
             "healthy"
         } else {
             "DAMAGED (repairable)"

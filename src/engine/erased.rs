@@ -17,6 +17,7 @@ trait DynStorage: Send + Sync + 'static {
     fn rename(&self, from: &str, to: &str) -> io::Result<()>;
     fn sync_dir(&self) -> io::Result<()>;
     fn prepare_in_background(&self) -> bool;
+    fn parallel_reads(&self) -> bool;
 }
 
 impl<S: Storage> DynStorage for S {
@@ -45,6 +46,9 @@ impl<S: Storage> DynStorage for S {
     }
     fn prepare_in_background(&self) -> bool {
         Storage::prepare_in_background(self)
+    }
+    fn parallel_reads(&self) -> bool {
+        Storage::parallel_reads(self)
     }
 }
 
@@ -110,5 +114,8 @@ impl Storage for ErasedStorage {
     }
     fn prepare_in_background(&self) -> bool {
         self.0.prepare_in_background()
+    }
+    fn parallel_reads(&self) -> bool {
+        self.0.parallel_reads()
     }
 }

@@ -206,6 +206,7 @@ pub(super) fn replay<S: Storage>(
             .iter()
             .map(|g| (g.segment, g.damage_offset, g.reason))
             .collect(),
+        damaged_mirrors: report.damaged_mirrors,
         buckets: manifest.buckets.range(..far_from).count() as u64,
         bucket_jobs: restored,
         covered_lsn: manifest.covered_lsn,

@@ -64,6 +64,7 @@ pub mod options;
 mod reader;
 pub mod recovery;
 pub mod repair;
+mod scan_ahead;
 mod segment;
 pub mod storage;
 mod sync;

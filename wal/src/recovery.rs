@@ -159,6 +159,21 @@ impl RecoveryReport {
     }
 }
 
+impl RecoveryReport {
+    /// Adds what a scan made ahead counted into its own report (see `scan_ahead`): the
+    /// fields `scan_blocks` counts into, and no other.
+    pub(crate) fn absorb_scan(&mut self, scan: RecoveryReport) {
+        self.records += scan.records;
+        self.skipped_records += scan.skipped_records;
+        self.bytes += scan.bytes;
+        self.damaged_mirrors += scan.damaged_mirrors;
+        self.repaired_groups.extend(scan.repaired_groups);
+        for (total, n) in self.records_by_type.iter_mut().zip(scan.records_by_type) {
+            *total += n;
+        }
+    }
+}
+
 fn count_types(report: &mut RecoveryReport, types: &[u8]) {
     for &t in types {
         report.records_by_type[usize::from(t)] += 1;
@@ -234,7 +249,7 @@ pub(crate) fn recover<S: Storage>(
     ids.sort_unstable();
 
     let mut window = Window::new(SCAN_CHUNK_BYTES);
-    window.parallel = storage.prepare_in_background();
+    window.parallel = storage.parallel_reads();
     // Files made ahead for segments the log never rolled into: all zero, header included.
     // They hold nothing (a roll writes the header before any record), and the segment before
     // them is the last one. The lowest of them, the file right after the last segment, is
@@ -312,100 +327,126 @@ pub(crate) fn recover<S: Storage>(
     let mut segments: Vec<Segment<S::File>> = Vec::new();
     // Files replaced by their copy (already unlinked by the rename), to close at the end.
     let mut retired: Vec<S::File> = Vec::new();
-    for (i, &id) in ids.iter().enumerate() {
-        // The segment appended to next; the last one for damage unless a torn roll follows.
-        let appended_to = i + 1 == ids.len();
-        let is_last = appended_to && torn_roll.is_none();
-        let name = segment_file_name(id);
-        let file = storage.open(&name)?;
-        window.reset();
-        let expected_first = segments.last().map(|s| s.last_lsn + 1);
-        let header = match read_header(&file, id, expected_first)? {
-            Ok(header) => header,
-            Err(reason) => return Err(corrupted(id, 0, reason)),
-        };
-        let mut scan = scan_segment(&file, &header, &mut window, &mut report, opts)?;
-        if let Some((offset, reason)) = scan.damage {
-            let expected_lsn = scan.last_lsn + 1;
-            if !is_last || opts.recovery_mode == RecoveryMode::Absolute {
-                tracing::error!(segment = id, offset, %reason, sealed = !is_last, "WAL damage refused");
-                return Err(corrupted(id, offset, reason));
-            }
-            let look = look_ahead(&file, header.salt, offset, Some(expected_lsn), &mut window)?;
-            if let Some((voucher_offset, voucher_lsn)) = look.found {
-                tracing::error!(segment = id, offset, %reason, voucher_offset, voucher_lsn,
+    // The scans of the next segments, made ahead on a second thread (real files only).
+    let ahead = (storage.parallel_reads() && ids.len() > 1)
+        .then(|| crate::scan_ahead::Ahead::new(storage, &ids, opts));
+    std::thread::scope(|scope| -> Result<(), Error> {
+        let _stop = ahead.as_ref().map(|a| {
+            scope.spawn(|| a.help());
+            crate::scan_ahead::StopOnDrop(a)
+        });
+        for (i, &id) in ids.iter().enumerate() {
+            // The segment appended to next; the last one for damage unless a torn roll follows.
+            let appended_to = i + 1 == ids.len();
+            let is_last = appended_to && torn_roll.is_none();
+            let name = segment_file_name(id);
+            let file = storage.open(&name)?;
+            window.reset();
+            let expected_first = segments.last().map(|s| s.last_lsn + 1);
+            let header = match read_header(&file, id, expected_first)? {
+                Ok(header) => header,
+                Err(reason) => return Err(corrupted(id, 0, reason)),
+            };
+            let taken = match &ahead {
+                Some(a) => a.take(i, &mut window),
+                None => crate::scan_ahead::Taken::Scan,
+            };
+            let mut scan = match taken {
+                crate::scan_ahead::Taken::Ahead(Ok(Some(s))) if s.header == header => {
+                    report.absorb_scan(s.report);
+                    s.scan
+                }
+                crate::scan_ahead::Taken::Ahead(Err(e)) => return Err(e),
+                // Nobody scanned it, or its header read differently the first time.
+                _ => {
+                    window.reset();
+                    scan_segment(&file, &header, &mut window, &mut report, opts)?
+                }
+            };
+            if let Some((offset, reason)) = scan.damage {
+                let expected_lsn = scan.last_lsn + 1;
+                if !is_last || opts.recovery_mode == RecoveryMode::Absolute {
+                    tracing::error!(segment = id, offset, %reason, sealed = !is_last, "WAL damage refused");
+                    return Err(corrupted(id, offset, reason));
+                }
+                let look = look_ahead(&file, header.salt, offset, Some(expected_lsn), &mut window)?;
+                if let Some((voucher_offset, voucher_lsn)) = look.found {
+                    tracing::error!(segment = id, offset, %reason, voucher_offset, voucher_lsn,
                     "WAL damage to acknowledged data: a later record vouches for it");
-                return Err(corrupted(id, offset, reason));
+                    return Err(corrupted(id, offset, reason));
+                }
+                let bytes_zeroed = look.nonzero_end.saturating_sub(offset);
+                tracing::warn!(segment = id, offset, expected_lsn, %reason, bytes_zeroed, "WAL torn tail cut");
+                report.torn_tail = Some(TornTail {
+                    segment: id,
+                    offset,
+                    expected_lsn,
+                    reason,
+                    bytes_zeroed,
+                });
             }
-            let bytes_zeroed = look.nonzero_end.saturating_sub(offset);
-            tracing::warn!(segment = id, offset, expected_lsn, %reason, bytes_zeroed, "WAL torn tail cut");
-            report.torn_tail = Some(TornTail {
-                segment: id,
-                offset,
-                expected_lsn,
-                reason,
-                bytes_zeroed,
-            });
-        }
-        let repaired = scan
-            .blocks
-            .iter()
-            .any(|b| b.repair_from.is_some() || b.mirror_bad);
-        // The last segment is copied unless a clean close left it: its records may be only
-        // in the page cache (a process crash after a failed sync), or cut, or unsealed. Also
-        // when it holds no record: its header may be only in the page cache too (a roll whose
-        // header sync failed, then a drop without a crash), and the records appended after
-        // this open would then sit behind a header that a power cut turns to zeros.
-        //
-        // Unless what the copy is for is already true: a last segment that needs no repair and
-        // no cut, with only zeros after its blocks, whose bytes that nothing vouches for are
-        // found on the medium itself, byte for byte as the cache shows them, after a sync of
-        // that range (see `on_medium`), is durable as it is and is kept, unwritten.
-        let mut copy = repaired || (appended_to && !scan.closed);
-        if copy && !repaired && scan.damage.is_none() && scan.zeros_after {
-            let from = unvouched_from(&scan, header.first_lsn);
-            if on_medium(&file, from, scan.end, id)? {
-                copy = false;
-                report.segments_verified += 1;
-            }
-        }
-        let mut file = file;
-        if copy {
-            if scan.damage.is_some() {
-                // The surviving part of the torn block is sealed anew by the copy.
-                if let Some(last) = scan.blocks.last_mut() {
-                    last.mirror_bad = true;
+            let repaired = scan
+                .blocks
+                .iter()
+                .any(|b| b.repair_from.is_some() || b.mirror_bad);
+            // The last segment is copied unless a clean close left it: its records may be only
+            // in the page cache (a process crash after a failed sync), or cut, or unsealed. Also
+            // when it holds no record: its header may be only in the page cache too (a roll whose
+            // header sync failed, then a drop without a crash), and the records appended after
+            // this open would then sit behind a header that a power cut turns to zeros.
+            //
+            // Unless what the copy is for is already true: a last segment that needs no repair and
+            // no cut, with only zeros after its blocks, whose bytes that nothing vouches for are
+            // found on the medium itself, byte for byte as the cache shows them, after a sync of
+            // that range (see `on_medium`), is durable as it is and is kept, unwritten.
+            let mut copy = repaired || (appended_to && !scan.closed);
+            if copy && !repaired && scan.damage.is_none() && scan.zeros_after {
+                let from = unvouched_from(&scan, header.first_lsn);
+                if on_medium(&file, from, scan.end, id)? {
+                    copy = false;
+                    report.segments_verified += 1;
                 }
             }
-            // The next segment's file, made ahead and all zero, is the copy's destination
-            // when it fits: its blocks are allocated and (after a process crash) its pages still
-            // cached, so the copy costs little more than its bytes.
-            let spare = if appended_to {
-                next_file.take_if(|(next, f)| *next == id + 1 && f.len_bytes() == file.len_bytes())
-            } else {
-                None
-            };
-            file = copy_segment(
-                storage,
-                file,
-                (id, header.salt),
-                &mut scan,
-                &mut window,
-                spare.map(|(_, f)| f),
-                &mut retired,
-            )?;
-            report.segments_copied += 1;
+            let mut file = file;
+            if copy {
+                if scan.damage.is_some() {
+                    // The surviving part of the torn block is sealed anew by the copy.
+                    if let Some(last) = scan.blocks.last_mut() {
+                        last.mirror_bad = true;
+                    }
+                }
+                // The next segment's file, made ahead and all zero, is the copy's destination
+                // when it fits: its blocks are allocated and (after a process crash) its pages still
+                // cached, so the copy costs little more than its bytes.
+                let spare = if appended_to {
+                    next_file
+                        .take_if(|(next, f)| *next == id + 1 && f.len_bytes() == file.len_bytes())
+                } else {
+                    None
+                };
+                file = copy_segment(
+                    storage,
+                    file,
+                    (id, header.salt),
+                    &mut scan,
+                    &mut window,
+                    spare.map(|(_, f)| f),
+                    &mut retired,
+                )?;
+                report.segments_copied += 1;
+            }
+            segments.push(Segment {
+                id,
+                salt: header.salt,
+                first_lsn: header.first_lsn,
+                file_bytes: file.len_bytes(),
+                end: scan.end,
+                last_lsn: scan.last_lsn,
+                file: file.into(),
+            });
         }
-        segments.push(Segment {
-            id,
-            salt: header.salt,
-            first_lsn: header.first_lsn,
-            file_bytes: file.len_bytes(),
-            end: scan.end,
-            last_lsn: scan.last_lsn,
-            file: file.into(),
-        });
-    }
+        Ok(())
+    })?;
 
     if let Some((name, reason)) = torn_roll {
         storage.remove(&name)?;

@@ -512,7 +512,7 @@ pub fn plan_cut<S: Storage>(
         .collect();
     all_ids.sort_unstable();
     let mut window = Window::new(SCAN_CHUNK_BYTES);
-    window.parallel = storage.prepare_in_background();
+    window.parallel = storage.parallel_reads();
 
     // Trailing files that are all zero were made ahead of need and never started.
     let mut ids = all_ids.clone();

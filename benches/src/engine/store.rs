@@ -54,9 +54,11 @@ pub struct Recovery {
     pub open_ms: f64,
     /// Records replayed per second of the open.
     pub records_per_s: f64,
-    /// `timewheel verify`'s scan of the same directory afterwards ([`timewheel::inspect`]):
-    /// bytes of the log's segment files per second.
+    /// `timewheel verify`'s scan of the same directory afterwards
+    /// ([`timewheel::inspect::verify`]): bytes of the log's segment files per second.
     pub verify_bytes_per_s: f64,
+    /// `timewheel verify --deep` ([`timewheel::inspect::inspect`]: the open, read only).
+    pub verify_deep_bytes_per_s: f64,
 }
 
 /// `jobs` schedule records (16-byte payloads) in the journal, no compaction, the engine
@@ -86,13 +88,22 @@ pub fn recovery(dir: &Path, jobs: u64) -> Recovery {
         .map(|e| e.metadata().expect("metadata").len())
         .sum();
     let t = Instant::now();
-    let found = timewheel::inspect::inspect(dir).expect("verify");
+    let found = timewheel::inspect::verify(dir).expect("verify");
     let verify_s = t.elapsed().as_secs_f64();
+    assert!(found.is_healthy(), "a healthy log");
+    assert!(
+        found.recovery.records >= records,
+        "verify read what the open read"
+    );
+    let t = Instant::now();
+    let found = timewheel::inspect::inspect(dir).expect("verify --deep");
+    let deep_s = t.elapsed().as_secs_f64();
     assert!(found.recovery.repaired.is_empty(), "a healthy log");
     Recovery {
         open_ms: elapsed * 1e3,
         records_per_s: records as f64 / elapsed,
         verify_bytes_per_s: log_bytes as f64 / verify_s,
+        verify_deep_bytes_per_s: log_bytes as f64 / deep_s,
     }
 }
 

@@ -640,6 +640,10 @@ fn recovery(s: &Sizes, cx: &Context) -> Workload {
                 Metric::higher("timewheel verify, log files scanned", "MB/s"),
                 rec.verify_bytes_per_s / 1e6,
             ),
+            (
+                Metric::higher("timewheel verify --deep, log files replayed", "MB/s"),
+                rec.verify_deep_bytes_per_s / 1e6,
+            ),
         ])
     });
     Workload {
@@ -648,9 +652,10 @@ fn recovery(s: &Sizes, cx: &Context) -> Workload {
         note: format!(
             "{n} schedule records (16-byte payloads) in the journal, no compaction, the engine \
              abandoned as in a crash; the open locks, scans and checks every record, replays it \
-             and rebuilds the wheel. Then `timewheel verify`'s scan of the directory (the next \
-             open's recovery and replay, read only; `timewheel::inspect`) over the segment \
-             files' bytes."
+             and rebuilds the wheel. Then `timewheel verify` over the segment files' bytes: \
+             every record's checksum, sequence and copy, every body decoded, the bucket files \
+             (`timewheel::inspect::verify`); and `timewheel verify --deep`, the next open's \
+             recovery and replay, read only (`timewheel::inspect::inspect`)."
         ),
         kind: Kind::Other,
         runs: s.runs,

@@ -337,6 +337,10 @@ impl Storage for MmapStorage {
         true
     }
 
+    fn parallel_reads(&self) -> bool {
+        true
+    }
+
     fn try_lock(&self) -> io::Result<bool> {
         let mut held = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
         if held.is_some() {

@@ -62,6 +62,14 @@ pub trait Storage: Send + Sync + 'static {
     fn prepare_in_background(&self) -> bool {
         false
     }
+
+    /// Whether reads of different files may run on several threads at once, in an order that
+    /// varies from run to run: recovery then scans the next segments ahead on a second
+    /// thread. Real files say `true`; the default, and the fault storage, say `false`, so that
+    /// a simulation's disk sees the same calls in the same order for a seed.
+    fn parallel_reads(&self) -> bool {
+        false
+    }
 }
 
 /// One open file of a [`Storage`]. Its length never changes while it is open.

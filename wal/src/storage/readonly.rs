@@ -79,6 +79,11 @@ impl ReadOnlyStorage {
 impl Storage for ReadOnlyStorage {
     type File = ReadOnlyFile;
 
+    /// The files are real ones: recovery may scan them on two threads.
+    fn parallel_reads(&self) -> bool {
+        true
+    }
+
     fn try_lock(&self) -> io::Result<bool> {
         let mut held = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
         if held.is_some() {
