@@ -195,20 +195,11 @@ pub fn verify(dir: impl AsRef<Path>) -> Result<Verification> {
         let recovery = RecoveryStats {
             records,
             skipped,
-            segments: report.segments,
-            bytes: report.bytes,
             elapsed: started.elapsed(),
-            torn_tail: report.torn_tail.as_ref().map(|t| (t.segment, t.offset)),
-            repaired: report
-                .repaired_groups
-                .iter()
-                .map(|g| (g.segment, g.damage_offset, g.reason))
-                .collect(),
-            damaged_mirrors: report.damaged_mirrors,
             buckets: manifest.buckets.len() as u64,
             bucket_jobs: manifest.jobs(),
             covered_lsn: manifest.covered_lsn,
-            ..RecoveryStats::default()
+            ..RecoveryStats::scanned(&report)
         };
         Ok(Verification { recovery, store })
     })();

@@ -40,6 +40,23 @@ pub struct RecoveryStats {
 }
 
 impl RecoveryStats {
+    /// What the journal's scan found (segments, bytes, a torn tail, repaired groups, damaged
+    /// mirrors); the rest is 0 for the caller to fill.
+    pub(crate) fn scanned(report: &timewheel_wal::RecoveryReport) -> Self {
+        RecoveryStats {
+            segments: report.segments,
+            bytes: report.bytes,
+            torn_tail: report.torn_tail.as_ref().map(|t| (t.segment, t.offset)),
+            repaired: report
+                .repaired_groups
+                .iter()
+                .map(|g| (g.segment, g.damage_offset, g.reason))
+                .collect(),
+            damaged_mirrors: report.damaged_mirrors,
+            ..RecoveryStats::default()
+        }
+    }
+
     /// Journal records replayed plus jobs loaded from bucket files, per second.
     pub fn records_per_sec(&self) -> f64 {
         (self.records + self.bucket_jobs) as f64 / self.elapsed.as_secs_f64().max(1e-9)

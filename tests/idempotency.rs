@@ -248,21 +248,12 @@ impl World {
             Op::Commit => self.commit_all(),
             Op::FailBatch(keys) => {
                 self.disk.set_enospc(true);
-                let mut full = false;
-                for _ in 0..400 {
-                    match self
-                        .engine()
-                        .schedule(JobSpec::at(now + HOUR_MS).payload([1u8; 200]))
-                    {
-                        Ok(id) => self.scheduled(None, id),
-                        Err(Error::NoSpace { .. }) => {
-                            full = true;
-                            break;
-                        }
-                        Err(e) => panic!("unexpected {e:?}"),
-                    }
+                let filled = common::fill_until_no_space(self.engine(), 400, || {
+                    JobSpec::at(now + HOUR_MS).payload([1u8; 200])
+                });
+                for id in filled {
+                    self.scheduled(None, id);
                 }
-                assert!(full, "the log filled up");
                 let specs = keys
                     .iter()
                     .map(|&k| JobSpec::at(now + HOUR_MS).key(key(k)))

@@ -7,7 +7,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{T0, config, fire};
+use common::{T0, config, fill_until_no_space, fire};
 use timewheel::{Engine, Error, JobSpec, JobState, ManualClock};
 use timewheel_wal::testing::FaultDisk;
 
@@ -24,18 +24,7 @@ fn a_claim_that_finds_no_space_leaves_the_job_ready() {
     let id = engine.schedule(JobSpec::at(T0)).expect("scheduled");
     disk.set_enospc(true);
     // Fill the segment: the next commit needs a new one, which can not be allocated.
-    let mut filled = false;
-    for _ in 0..64 {
-        match engine.schedule(JobSpec::at(T0 + 3_600_000)) {
-            Ok(_) => {}
-            Err(Error::NoSpace { .. }) => {
-                filled = true;
-                break;
-            }
-            Err(e) => panic!("unexpected {e:?}"),
-        }
-    }
-    assert!(filled, "the segment filled up");
+    fill_until_no_space(&engine, 64, || JobSpec::at(T0 + 3_600_000));
     assert_eq!(fire(&engine), vec![id]);
     let before = engine.stats();
     match engine.claim(id) {
@@ -76,18 +65,9 @@ fn a_full_disk_is_retried_after_a_back_off_not_on_every_request() {
         })
         .collect();
     disk.set_enospc(true);
-    let mut refused_at = None;
-    for i in 0..1_000 {
-        match engine.schedule(JobSpec::at(T0 + 3_600_000).payload(vec![1; 200])) {
-            Ok(_) => {}
-            Err(Error::NoSpace { .. }) => {
-                refused_at = Some(i);
-                break;
-            }
-            Err(e) => panic!("unexpected {e:?}"),
-        }
-    }
-    assert!(refused_at.is_some(), "the segment filled up");
+    fill_until_no_space(&engine, 1_000, || {
+        JobSpec::at(T0 + 3_600_000).payload(vec![1; 200])
+    });
     let tried = disk.stats().enospc_failures;
     for _ in 0..500 {
         match engine.schedule(JobSpec::at(T0)) {

@@ -9,7 +9,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{T0, config};
+use common::{T0, config, fill_until_no_space};
 use timewheel::{Engine, Error, JobSpec, ManualClock};
 use timewheel_wal::testing::FaultDisk;
 
@@ -33,18 +33,9 @@ fn a_failed_append_leaves_another_batchs_pending_key_alone() {
 
     // Fill the log until it can not grow.
     disk.set_enospc(true);
-    let mut full = false;
-    for _ in 0..256 {
-        match engine.schedule(JobSpec::at(T0 + 3_600_000).payload([1u8; 512])) {
-            Ok(_) => {}
-            Err(Error::NoSpace { .. }) => {
-                full = true;
-                break;
-            }
-            Err(e) => panic!("unexpected {e:?}"),
-        }
-    }
-    assert!(full, "the log filled up");
+    fill_until_no_space(&engine, 256, || {
+        JobSpec::at(T0 + 3_600_000).payload([1u8; 512])
+    });
 
     // Batch B names the key (A's job) and schedules one new job: its append fails.
     match engine.schedule_batch([keyed(), JobSpec::at(T0 + 120_000)]) {

@@ -194,22 +194,14 @@ pub(super) fn replay<S: Storage>(
     let recovery = RecoveryStats {
         records,
         skipped,
-        segments: report.segments,
-        bytes: report.bytes,
         elapsed: report.elapsed + started.elapsed(),
         jobs: live,
         missed: armed.missed,
         interrupted: armed.interrupted,
-        torn_tail: report.torn_tail.as_ref().map(|t| (t.segment, t.offset)),
-        repaired: report
-            .repaired_groups
-            .iter()
-            .map(|g| (g.segment, g.damage_offset, g.reason))
-            .collect(),
-        damaged_mirrors: report.damaged_mirrors,
         buckets: manifest.buckets.range(..far_from).count() as u64,
         bucket_jobs: restored,
         covered_lsn: manifest.covered_lsn,
+        ..RecoveryStats::scanned(report)
     };
     tracing::info!(
         records = recovery.records,

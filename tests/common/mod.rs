@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use timewheel::{Config, Engine, JobId, ManualClock};
+use timewheel::{Config, Engine, Error, JobId, JobSpec, ManualClock};
 use timewheel_wal::testing::FaultDisk;
 
 /// A point in time far from the epoch, so that "hours ago" is still positive.
@@ -353,4 +353,23 @@ pub mod sidecar {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Schedules `spec()` until the log can not grow (the test has made the disk refuse to
+/// allocate, `FaultDisk::set_enospc(true)`): returns the ids scheduled before the first
+/// `NoSpace`. Panics on any other error, or if `tries` schedules all fit.
+pub fn fill_until_no_space(
+    engine: &Engine,
+    tries: usize,
+    spec: impl Fn() -> JobSpec,
+) -> Vec<JobId> {
+    let mut ids = Vec::new();
+    for _ in 0..tries {
+        match engine.schedule(spec()) {
+            Ok(id) => ids.push(id),
+            Err(Error::NoSpace { .. }) => return ids,
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+    panic!("{tries} schedules fit: the log never filled up");
 }
