@@ -51,6 +51,9 @@ enum Slot {
     Done(Result<Option<Box<Scanned>>, Error>),
     /// The loop has it.
     Taken,
+    /// Its scan panicked (a broken invariant): the loop panics too when it gets there, rather
+    /// than wait for it forever.
+    Panicked,
 }
 
 struct Queue {
@@ -109,9 +112,18 @@ impl<'a, S: Storage> Ahead<'a, S> {
 
     /// Scans segment `i` with `window` and files the result.
     fn scan_into_slot(&self, i: usize, window: &mut Window) {
-        let result = scan_one(self.storage, self.ids[i], self.opts, window);
-        self.lock().slots[i] = Slot::Done(result);
+        let scanned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            scan_one(self.storage, self.ids[i], self.opts, window)
+        }));
+        let (slot, panic) = match scanned {
+            Ok(result) => (Slot::Done(result), None),
+            Err(payload) => (Slot::Panicked, Some(payload)),
+        };
+        self.lock().slots[i] = slot;
         self.changed.notify_all();
+        if let Some(payload) = panic {
+            std::panic::resume_unwind(payload);
+        }
     }
 
     /// The helper thread's loop: scans the next segments until the loop stops it or none is
@@ -156,6 +168,7 @@ impl<'a, S: Storage> Ahead<'a, S> {
                         return Taken::Ahead(result);
                     }
                     Slot::Taken => unreachable!("segment {i} taken twice"),
+                    Slot::Panicked => panic!("the scan of segment {} panicked", self.ids[i]),
                     Slot::Scanning => {
                         q.slots[i] = Slot::Scanning;
                         match self.claim(&mut q) {
