@@ -24,8 +24,8 @@ fn main() {
         let dir: PathBuf = root.join(format!("run-{run}"));
         let (cpu0, t0) = (process_cpu_seconds(), Instant::now());
         let rate = match mode.as_str() {
-            "threads" => single_threads(&dir, callers, secs),
-            "async" => single_async(&dir, callers, secs),
+            "threads" => single_threads(&dir, callers, secs).calls_per_s,
+            "async" => single_async(&dir, callers, secs).calls_per_s,
             other => panic!("unknown mode {other:?}: async or threads"),
         };
         // The open and close are in the CPU time; they are small beside SECONDS of calls.

@@ -42,6 +42,30 @@ pub fn batch(dir: &Path, jobs: u64, batch: u64, threads: u64, durability: Durabi
     rate
 }
 
+/// What a run of single durable calls measured.
+#[derive(Clone, Copy, Debug)]
+pub struct Single {
+    /// Calls acknowledged per second.
+    pub calls_per_s: f64,
+    /// Records each sync made durable, on average: how many callers' records group commit
+    /// gathered into one sync.
+    pub records_per_sync: f64,
+    /// Mean time of one sync (the disk's, under this load), µs.
+    pub sync_us: f64,
+}
+
+impl Single {
+    fn measured(engine: &Engine, calls: u64, elapsed_s: f64) -> Single {
+        let log = engine.log_stats();
+        let syncs = log.syncs.max(1) as f64;
+        Single {
+            calls_per_s: calls as f64 / elapsed_s,
+            records_per_sync: log.records as f64 / syncs,
+            sync_us: log.sync_seconds_total * 1e6 / syncs,
+        }
+    }
+}
+
 fn close(engine: Arc<Engine>) {
     Arc::into_inner(engine)
         .expect("every user joined")
@@ -49,8 +73,8 @@ fn close(engine: Arc<Engine>) {
         .expect("close");
 }
 
-/// Single durable `schedule` calls per second from `threads` threads, for `secs`.
-pub fn single_threads(dir: &Path, threads: usize, secs: f64) -> f64 {
+/// Single durable `schedule` calls from `threads` threads, for `secs`.
+pub fn single_threads(dir: &Path, threads: usize, secs: f64) -> Single {
     let engine = Arc::new(Engine::open(Config::new(dir)).expect("open"));
     let stop = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
@@ -74,14 +98,18 @@ pub fn single_threads(dir: &Path, threads: usize, secs: f64) -> f64 {
     for h in handles {
         h.join().expect("thread");
     }
-    let rate = count.load(Ordering::Relaxed) as f64 / t.elapsed().as_secs_f64();
+    let run = Single::measured(
+        &engine,
+        count.load(Ordering::Relaxed),
+        t.elapsed().as_secs_f64(),
+    );
     close(engine);
-    rate
+    run
 }
 
 /// Single durable `schedule_async` calls per second from `tasks` tasks on a tokio runtime with
 /// two worker threads, for `secs`: futures woken by group commit, no parked thread per call.
-pub fn single_async(dir: &Path, tasks: usize, secs: f64) -> f64 {
+pub fn single_async(dir: &Path, tasks: usize, secs: f64) -> Single {
     let engine = Arc::new(Engine::open(Config::new(dir)).expect("open"));
     let stop = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
@@ -112,8 +140,12 @@ pub fn single_async(dir: &Path, tasks: usize, secs: f64) -> f64 {
             h.await.expect("task");
         }
     });
-    let rate = count.load(Ordering::Relaxed) as f64 / t.elapsed().as_secs_f64();
+    let run = Single::measured(
+        &engine,
+        count.load(Ordering::Relaxed),
+        t.elapsed().as_secs_f64(),
+    );
     drop(runtime);
     close(engine);
-    rate
+    run
 }
