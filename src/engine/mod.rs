@@ -504,12 +504,17 @@ impl Engine {
         let sh = &*self.shared;
         // In bounded chunks, so the timer thread and other callers get the lock in between.
         const CHUNK: usize = 1024;
+        // The schedules are the batch's last records (after a reservation of ids, if any), in
+        // order: the `i`-th has LSN `first_lsn + i`.
+        let first_lsn = pending.lsn + 1 - pending.ends.len() as u64;
         let mut start = 0;
-        for chunk in pending.ends.chunks(CHUNK) {
+        for (c, chunk) in pending.ends.chunks(CHUNK).enumerate() {
             let mut state = sh.lock_state();
             state.observe_time(sh.clock.now_ms());
             let mut earliest = u64::MAX;
-            for (_, bytes) in schedule_records(&pending.body[start..], &rebase(chunk, start)) {
+            for (j, (_, bytes)) in
+                schedule_records(&pending.body[start..], &rebase(chunk, start)).enumerate()
+            {
                 let event = Event::decode(TYPE_SCHEDULE, bytes).expect("encoded above");
                 if let Event::Schedule(s) = &event {
                     // Durable, folded into a bucket beyond the horizon and read back from it
@@ -527,9 +532,13 @@ impl Engine {
                     .apply(&event, Mode::Live)
                     .expect("a new id is not in the table");
                 if let Some(id) = event.id() {
-                    // At least this new: the batch's last LSN (a pass folding below it has
-                    // not seen the schedule).
-                    state.changed_at(id, pending.lsn);
+                    // Its own record's LSN, not the batch's last: a pass that folded the
+                    // segment holding it (while the batch's tail went on into the next) lets
+                    // it go from memory. With the batch's last LSN, the part of a batch that
+                    // straddles a segment's end stayed in memory for good (a pass offers a
+                    // far job for eviction once, when it first writes it to its bucket):
+                    // 12 % of the jobs scheduled in batches of 100,000.
+                    state.changed_at(id, first_lsn + (c * CHUNK + j) as u64);
                 }
             }
             if earliest < state.sleeping_until_ms {
