@@ -48,6 +48,7 @@ use crate::format::{
     encode_mirror, next_block, record_disposition, sealed_end,
 };
 use crate::options::{RecoveryMode, WalOptions};
+use crate::scan_ahead::{Ahead, StopOnDrop, Taken};
 use crate::segment::{
     Segment, Window, all_zero, copy_file_name, create_error, install_segment, is_copy_file_name,
     is_spare_file_name, parse_segment_file_name, segment_file_name,
@@ -157,6 +158,38 @@ impl RecoveryReport {
             elapsed: Duration::ZERO,
         }
     }
+}
+
+/// A segment's scan made ahead of recovery's loop (see `scan_ahead`).
+struct ScannedAhead {
+    /// The header it was made under, read without the check against the previous segment:
+    /// the loop reads the header itself, checks it, and uses the scan only under the same one.
+    header: SegmentHeader,
+    scan: Scan,
+    /// What the scan counted (records, bytes, types, repaired groups, damaged mirrors).
+    report: RecoveryReport,
+}
+
+/// Scans segment `id` from a handle of its own, ahead of recovery's loop: `None` if its
+/// header does not check out (the loop finds out itself).
+fn scan_ahead_of_loop<S: Storage>(
+    storage: &S,
+    id: u64,
+    opts: &WalOptions,
+    window: &mut Window,
+) -> Result<Option<Box<ScannedAhead>>, Error> {
+    let file = storage.open(&segment_file_name(id))?;
+    window.reset();
+    let Ok(header) = read_header(&file, id, None)? else {
+        return Ok(None);
+    };
+    let mut report = RecoveryReport::empty();
+    let scan = scan_segment(&file, &header, window, &mut report, opts)?;
+    Ok(Some(Box::new(ScannedAhead {
+        header,
+        scan,
+        report,
+    })))
 }
 
 impl RecoveryReport {
@@ -328,12 +361,15 @@ pub(crate) fn recover<S: Storage>(
     // Files replaced by their copy (already unlinked by the rename), to close at the end.
     let mut retired: Vec<S::File> = Vec::new();
     // The scans of the next segments, made ahead on a second thread (real files only).
-    let ahead = (storage.parallel_reads() && ids.len() > 1)
-        .then(|| crate::scan_ahead::Ahead::new(storage, &ids, opts));
+    let ahead = (storage.parallel_reads() && ids.len() > 1).then(|| {
+        Ahead::new(ids.len(), SCAN_CHUNK_BYTES, |i, window: &mut Window| {
+            scan_ahead_of_loop(storage, ids[i], opts, window)
+        })
+    });
     std::thread::scope(|scope| -> Result<(), Error> {
         let _stop = ahead.as_ref().map(|a| {
             scope.spawn(|| a.help());
-            crate::scan_ahead::StopOnDrop(a)
+            StopOnDrop(a)
         });
         for (i, &id) in ids.iter().enumerate() {
             // The segment appended to next; the last one for damage unless a torn roll follows.
@@ -349,14 +385,14 @@ pub(crate) fn recover<S: Storage>(
             };
             let taken = match &ahead {
                 Some(a) => a.take(i, &mut window),
-                None => crate::scan_ahead::Taken::Scan,
+                None => Taken::Free,
             };
             let mut scan = match taken {
-                crate::scan_ahead::Taken::Ahead(Ok(Some(s))) if s.header == header => {
+                Taken::Ahead(Ok(Some(s))) if s.header == header => {
                     report.absorb_scan(s.report);
                     s.scan
                 }
-                crate::scan_ahead::Taken::Ahead(Err(e)) => return Err(e),
+                Taken::Ahead(Err(e)) => return Err(e),
                 // Nobody scanned it, or its header read differently the first time.
                 _ => {
                     window.reset();

@@ -1,94 +1,78 @@
-//! Recovery's segment scans on two threads, for a storage whose reads may run in parallel
-//! (real files; [`Storage::parallel_reads`]).
+//! Work done ahead of a loop that takes its items in order, on a helper thread and on the
+//! loop's own thread whenever it would otherwise wait: recovery's segment scans on two
+//! threads, for a storage whose reads may run in parallel (real files;
+//! [`Storage::parallel_reads`](crate::storage::Storage::parallel_reads)).
 //!
 //! Recovery's loop takes the segments in id order and decides about each (check its header
 //! against the one before, cut a torn tail, copy the last one). The scan of a segment, the
 //! bulk of the work (every record's crc, every group against its mirror), only reads that
 //! segment and depends on nothing the loop decided: what the loop writes (the copy of a
 //! segment) is never a later segment. So the scans of the next segments can run while the loop
-//! is busy with one: a helper thread and the loop itself, whenever it would otherwise wait,
-//! scan the segments that come next, at most [`LEAD`] ahead of the one the loop takes.
-//!
-//! A scan made ahead counts into its own report, added to recovery's when the loop takes it,
-//! so the report is what a serial scan makes. Its header is read without the check against
-//! the previous segment; the loop reads the header itself, checks it as it always does, and
-//! uses the scan only if the header is the same. Errors of a scan made ahead (an I/O error)
-//! are returned when the loop reaches that segment, never before: a refused open names the
-//! same first damage as a serial one.
+//! is busy with one, at most [`LEAD`] ahead of the one it takes. What a scan is, and what the
+//! loop does with one made ahead, is recovery's (`recovery::scan_ahead_of_loop`); this module
+//! only keeps the order: each item's result is handed to the loop when it reaches that item,
+//! never before, so an error of an item made ahead surfaces where a serial loop would meet it.
 //!
 //! A storage that wants its calls in a deterministic order (the simulation's fault disk) says
-//! no to parallel reads, and recovery scans every segment in the loop, as before.
+//! no to parallel reads, and recovery does every scan in its loop, as before.
 
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
-use crate::error::Error;
-use crate::format::SegmentHeader;
-use crate::options::WalOptions;
-use crate::recovery::{RecoveryReport, SCAN_CHUNK_BYTES, Scan, read_header, scan_segment};
-use crate::segment::{Window, segment_file_name};
-use crate::storage::Storage;
+use crate::segment::Window;
 
-/// How many segments past the one the loop takes may be scanned ahead (each scan kept costs
-/// its list of blocks, a few bytes per commit).
+/// How many items past the one the loop takes may be done ahead (each result kept costs
+/// memory: for a segment's scan, its list of blocks, a few bytes per commit).
 const LEAD: usize = 2;
 
-/// A scan made ahead of the loop.
-pub(crate) struct Scanned {
-    /// The header it was made under (read without the check against the previous segment).
-    pub(crate) header: SegmentHeader,
-    pub(crate) scan: Scan,
-    /// What the scan counted (records, bytes, types, repaired groups, damaged mirrors).
-    pub(crate) report: RecoveryReport,
-}
-
-/// One segment's place in the queue.
-enum Slot {
-    /// Nobody scans it yet.
+/// One item's place in the queue.
+enum Slot<T> {
+    /// Nobody works on it yet.
     Free,
-    /// A thread is scanning it.
-    Scanning,
-    /// Scanned: `None` if its header did not check out (the loop finds out itself).
-    Done(Result<Option<Box<Scanned>>, Error>),
+    /// A thread is working on it.
+    Working,
+    /// Done, waiting for the loop.
+    Done(T),
     /// The loop has it.
     Taken,
-    /// Its scan panicked (a broken invariant): the loop panics too when it gets there, rather
+    /// Its work panicked (a broken invariant): the loop panics too when it gets there, rather
     /// than wait for it forever.
     Panicked,
 }
 
-struct Queue {
-    slots: Vec<Slot>,
+struct Queue<T> {
+    slots: Vec<Slot<T>>,
     /// The index the loop takes next (or is taking).
     taking: usize,
     /// The loop ended (done, or returned early): the helper stops.
     stop: bool,
 }
 
-/// The scans of `ids`' segments, shared by the loop and the helper thread.
-pub(crate) struct Ahead<'a, S: Storage> {
-    storage: &'a S,
-    ids: &'a [u64],
-    opts: &'a WalOptions,
-    queue: Mutex<Queue>,
+/// What the loop gets for an item.
+pub(crate) enum Taken<T> {
+    /// Nobody did it: the loop does it itself.
+    Free,
+    /// Done ahead.
+    Ahead(T),
+}
+
+/// The work on `items` items, shared by the loop and the helper thread. `work(i, window)` does
+/// item `i` with a thread's own window (a fresh one of `window_bytes` per thread).
+pub(crate) struct Ahead<T, W> {
+    items: usize,
+    window_bytes: usize,
+    work: W,
+    queue: Mutex<Queue<T>>,
     changed: Condvar,
 }
 
-/// What the loop gets for a segment.
-pub(crate) enum Taken {
-    /// Nobody scanned it: the loop scans it itself.
-    Scan,
-    /// Scanned ahead (or its header or an I/O error stopped the scan).
-    Ahead(Result<Option<Box<Scanned>>, Error>),
-}
-
-impl<'a, S: Storage> Ahead<'a, S> {
-    pub(crate) fn new(storage: &'a S, ids: &'a [u64], opts: &'a WalOptions) -> Self {
+impl<T: Send, W: Fn(usize, &mut Window) -> T + Sync> Ahead<T, W> {
+    pub(crate) fn new(items: usize, window_bytes: usize, work: W) -> Self {
         Ahead {
-            storage,
-            ids,
-            opts,
+            items,
+            window_bytes,
+            work,
             queue: Mutex::new(Queue {
-                slots: ids.iter().map(|_| Slot::Free).collect(),
+                slots: (0..items).map(|_| Slot::Free).collect(),
                 taking: 0,
                 stop: false,
             }),
@@ -96,26 +80,25 @@ impl<'a, S: Storage> Ahead<'a, S> {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Queue> {
-        // The queue holds no invariant a panicking scan could break halfway: a thread that
-        // panicked leaves its slot `Scanning`, and the scope re-raises its panic.
+    fn lock(&self) -> MutexGuard<'_, Queue<T>> {
+        // The queue holds no invariant a panicking worker could break halfway: its slot is
+        // marked `Panicked` (see `work_into_slot`).
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The lowest segment nobody scans yet, within the lead, claimed.
-    fn claim(&self, q: &mut Queue) -> Option<usize> {
-        let end = self.ids.len().min(q.taking + LEAD + 1);
+    /// The lowest item nobody works on yet, within the lead, claimed.
+    fn claim(&self, q: &mut Queue<T>) -> Option<usize> {
+        let end = self.items.min(q.taking + LEAD + 1);
         let i = (q.taking..end).find(|&i| matches!(q.slots[i], Slot::Free))?;
-        q.slots[i] = Slot::Scanning;
+        q.slots[i] = Slot::Working;
         Some(i)
     }
 
-    /// Scans segment `i` with `window` and files the result.
-    fn scan_into_slot(&self, i: usize, window: &mut Window) {
-        let scanned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            scan_one(self.storage, self.ids[i], self.opts, window)
-        }));
-        let (slot, panic) = match scanned {
+    /// Does item `i` with `window` and files the result.
+    fn work_into_slot(&self, i: usize, window: &mut Window) {
+        let done =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.work)(i, window)));
+        let (slot, panic) = match done {
             Ok(result) => (Slot::Done(result), None),
             Err(payload) => (Slot::Panicked, Some(payload)),
         };
@@ -126,16 +109,15 @@ impl<'a, S: Storage> Ahead<'a, S> {
         }
     }
 
-    /// The helper thread's loop: scans the next segments until the loop stops it or none is
-    /// left.
+    /// The helper thread's loop: does the next items until the loop stops it or none is left.
     pub(crate) fn help(&self) {
-        let mut window = Window::new(SCAN_CHUNK_BYTES);
+        let mut window = Window::new(self.window_bytes);
         window.parallel = true;
         loop {
             let i = {
                 let mut q = self.lock();
                 loop {
-                    if q.stop || q.taking >= self.ids.len() {
+                    if q.stop || q.taking >= self.items {
                         return;
                     }
                     if let Some(i) = self.claim(&mut q) {
@@ -144,13 +126,13 @@ impl<'a, S: Storage> Ahead<'a, S> {
                     q = self.changed.wait(q).unwrap_or_else(PoisonError::into_inner);
                 }
             };
-            self.scan_into_slot(i, &mut window);
+            self.work_into_slot(i, &mut window);
         }
     }
 
-    /// The loop takes segment `i` (in order). While the helper is still scanning it, the loop
-    /// scans the next free segment itself rather than wait, with `window`.
-    pub(crate) fn take(&self, i: usize, window: &mut Window) -> Taken {
+    /// The loop takes item `i` (in order). While the helper is still working on it, the loop
+    /// does the next free item itself rather than wait, with `window`.
+    pub(crate) fn take(&self, i: usize, window: &mut Window) -> Taken<T> {
         loop {
             let j = {
                 let mut q = self.lock();
@@ -160,17 +142,17 @@ impl<'a, S: Storage> Ahead<'a, S> {
                         drop(q);
                         // The lead moved: the helper may claim the next one.
                         self.changed.notify_all();
-                        return Taken::Scan;
+                        return Taken::Free;
                     }
                     Slot::Done(result) => {
                         drop(q);
                         self.changed.notify_all();
                         return Taken::Ahead(result);
                     }
-                    Slot::Taken => unreachable!("segment {i} taken twice"),
-                    Slot::Panicked => panic!("the scan of segment {} panicked", self.ids[i]),
-                    Slot::Scanning => {
-                        q.slots[i] = Slot::Scanning;
+                    Slot::Taken => unreachable!("item {i} taken twice"),
+                    Slot::Panicked => panic!("the work on item {i} done ahead panicked"),
+                    Slot::Working => {
+                        q.slots[i] = Slot::Working;
                         match self.claim(&mut q) {
                             Some(j) => j,
                             None => {
@@ -183,7 +165,7 @@ impl<'a, S: Storage> Ahead<'a, S> {
                 }
             };
             window.reset();
-            self.scan_into_slot(j, window);
+            self.work_into_slot(j, window);
         }
     }
 
@@ -195,31 +177,12 @@ impl<'a, S: Storage> Ahead<'a, S> {
 }
 
 /// Stops the helper when the loop ends, however it ends.
-pub(crate) struct StopOnDrop<'r, 'a, S: Storage>(pub(crate) &'r Ahead<'a, S>);
+pub(crate) struct StopOnDrop<'r, T: Send, W: Fn(usize, &mut Window) -> T + Sync>(
+    pub(crate) &'r Ahead<T, W>,
+);
 
-impl<S: Storage> Drop for StopOnDrop<'_, '_, S> {
+impl<T: Send, W: Fn(usize, &mut Window) -> T + Sync> Drop for StopOnDrop<'_, T, W> {
     fn drop(&mut self) {
         self.0.stop();
     }
-}
-
-/// Scans segment `id` from its own handle: `None` if its header does not check out.
-fn scan_one<S: Storage>(
-    storage: &S,
-    id: u64,
-    opts: &WalOptions,
-    window: &mut Window,
-) -> Result<Option<Box<Scanned>>, Error> {
-    let file = storage.open(&segment_file_name(id))?;
-    window.reset();
-    let Ok(header) = read_header(&file, id, None)? else {
-        return Ok(None);
-    };
-    let mut report = RecoveryReport::empty();
-    let scan = scan_segment(&file, &header, window, &mut report, opts)?;
-    Ok(Some(Box::new(Scanned {
-        header,
-        scan,
-        report,
-    })))
 }
