@@ -118,6 +118,15 @@ impl Shared {
                     // into fire lateness).
                     std::thread::yield_now();
                 }
+                // Jobs memory held beyond the horizon that this pass has caught up with (read
+                // back for a call, or changed after an earlier pass read them).
+                let resident: Vec<JobId> = self.lock_state().far_resident.iter().copied().collect();
+                for chunk in resident.chunks(JOBS_PER_LOCK_HOLD) {
+                    evicted += self
+                        .lock_state()
+                        .sweep_far_resident(chunk, folded_to, far_from);
+                    std::thread::yield_now();
+                }
                 store.totals.evicted += evicted;
                 store.last_error = None;
                 let t = &mut store.totals;

@@ -65,6 +65,12 @@ pub(crate) struct State {
     /// Jobs finished whose copy in a bucket beyond the horizon is still there (the finish is
     /// not folded yet): a load of that bucket skips them.
     pub far_gone: IdSet,
+    /// Jobs held in memory that also have a copy in a bucket beyond the horizon (read back for
+    /// a call, or kept after a pass because memory was newer): a later pass lets go of those
+    /// it has caught up with (`sweep_far_resident`). Without it, such a job stayed in memory
+    /// until the horizon reached its bucket, since a pass offers a far job only once, when it
+    /// first writes it.
+    pub far_resident: IdSet,
     /// Tenants, retry policies and failure reasons of the live jobs that have any.
     pub extra: ExtraMap,
     /// The dead-letter set.
@@ -133,6 +139,7 @@ impl State {
             draining: false,
             non_resident: 0,
             far_gone: IdSet::default(),
+            far_resident: IdSet::default(),
             extra: ExtraMap::default(),
             dead: BTreeMap::new(),
             keys: KeyIndex::default(),
@@ -651,8 +658,45 @@ impl State {
                 evicted += 1;
             } else if let Some(job) = self.jobs.get_mut(&id) {
                 job.far_copy = true;
+                self.far_resident.insert(id);
             } else {
                 self.far_gone.insert(id);
+            }
+        }
+        evicted
+    }
+
+    /// After a pass that folded the journal up to `folded_to`, with the buckets from
+    /// `far_from` on beyond the horizon: lets go of the jobs of `ids` (from `far_resident`)
+    /// that memory holds as the bucket files now do (no change since `folded_to`, waiting on
+    /// the due wheel, due in a bucket beyond the horizon), and forgets those no longer held
+    /// with a far copy. Returns how many it let go.
+    pub fn sweep_far_resident(&mut self, ids: &[JobId], folded_to: u64, far_from: u64) -> u64 {
+        let mut evicted = 0;
+        for &id in ids {
+            let Some(job) = self.jobs.get(&id) else {
+                self.far_resident.remove(&id);
+                continue;
+            };
+            if !job.far_copy {
+                self.far_resident.remove(&id);
+                continue;
+            }
+            if crate::store::bucket_of(job.due_ms) < far_from {
+                // Within the horizon: memory holds it, as it holds every near job.
+                continue;
+            }
+            // Every record that changed it is folded: the files hold it as memory does.
+            let far = FarJob {
+                id,
+                due_ms: job.due_ms,
+                attempt: job.attempt,
+                leased: false,
+                failures: job.failures,
+            };
+            if self.evict(&far, folded_to) {
+                self.far_resident.remove(&id);
+                evicted += 1;
             }
         }
         evicted
@@ -692,6 +736,7 @@ impl State {
         assert!(self.non_resident > 0, "a job kept on disk was counted");
         self.non_resident -= 1;
         self.jobs.get_mut(&job.id).expect("restored").far_copy = true;
+        self.far_resident.insert(job.id);
         if live {
             let now_ms = self.now_ms;
             let entry = self.jobs.get_mut(&job.id).expect("restored");
