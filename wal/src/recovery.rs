@@ -392,8 +392,9 @@ pub(crate) fn recover<S: Storage>(
                     report.absorb_scan(s.report);
                     s.scan
                 }
-                Taken::Ahead(Err(e)) => return Err(e),
-                // Nobody scanned it, or its header read differently the first time.
+                // Nobody scanned it, its header read differently the first time, or the scan
+                // ahead met an error (an I/O error on the helper's own handle): scanned here,
+                // where a real error is met again and returned as a serial open returns it.
                 _ => {
                     window.reset();
                     scan_segment(&file, &header, &mut window, &mut report, opts)?

@@ -11,7 +11,8 @@
 //! is busy with one, at most [`LEAD`] ahead of the one it takes. What a scan is, and what the
 //! loop does with one made ahead, is recovery's (`recovery::scan_ahead_of_loop`); this module
 //! only keeps the order: each item's result is handed to the loop when it reaches that item,
-//! never before, so an error of an item made ahead surfaces where a serial loop would meet it.
+//! never before (recovery scans a segment again itself when the scan made ahead met an error,
+//! so a real error surfaces where a serial loop would meet it).
 //!
 //! A storage that wants its calls in a deterministic order (the simulation's fault disk) says
 //! no to parallel reads, and recovery does every scan in its loop, as before.
