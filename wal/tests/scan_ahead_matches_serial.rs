@@ -84,8 +84,11 @@ fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     out
 }
 
+/// Every record of a log: LSN, type, body.
+type Records = Vec<(u64, u8, Vec<u8>)>;
+
 /// What an open found: the error, or the report (its time zeroed) and every record.
-fn verdict<S: Storage>(storage: S) -> Result<(String, Vec<(u64, u8, Vec<u8>)>), String> {
+fn verdict<S: Storage>(storage: S) -> Result<(String, Records), String> {
     match Wal::open(storage, opts()) {
         Err(e @ Error::Corrupted { .. }) => Err(e.to_string()),
         Err(e) => panic!("not a verdict on the log: {e}"),
