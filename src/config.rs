@@ -130,6 +130,17 @@ pub struct Config {
 }
 
 impl Config {
+    /// The log's options for this config (validated: the record limit fits a `u32`).
+    pub(crate) fn wal_options(&self) -> timewheel_wal::WalOptions {
+        timewheel_wal::WalOptions {
+            segment_bytes: self.segment_bytes,
+            record_bytes_max: u32::try_from(crate::record::record_bytes_max(self))
+                .expect("a validated config's record limit fits a u32"),
+            durability: self.durability,
+            recovery_mode: self.recovery_mode,
+        }
+    }
+
     /// The defaults, with data kept in `dir`.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Config {

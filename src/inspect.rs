@@ -70,9 +70,7 @@ impl Inspection {
     /// leaves (writes nobody was told were durable) and is not damage to acknowledged data,
     /// but it is reported: a clean shutdown leaves none.
     pub fn is_healthy(&self) -> bool {
-        self.recovery.repaired.is_empty()
-            && self.recovery.torn_tail.is_none()
-            && self.recovery.damaged_mirrors == 0
+        self.recovery.is_healthy()
     }
 }
 
@@ -116,9 +114,7 @@ pub struct Verification {
 impl Verification {
     /// No damage of any kind (see [`Inspection::is_healthy`]).
     pub fn is_healthy(&self) -> bool {
-        self.recovery.repaired.is_empty()
-            && self.recovery.torn_tail.is_none()
-            && self.recovery.damaged_mirrors == 0
+        self.recovery.is_healthy()
     }
 }
 
@@ -150,11 +146,8 @@ pub fn verify(dir: impl AsRef<Path>) -> Result<Verification> {
     let config = Config::new(dir.as_ref());
     let storage = ReadOnlyStorage::open_dir(dir.as_ref())?;
     let options = WalOptions {
-        segment_bytes: config.segment_bytes,
-        record_bytes_max: u32::try_from(crate::record::record_bytes_max(&config))
-            .expect("the default config is valid"),
         durability: Durability::Buffered,
-        recovery_mode: config.recovery_mode,
+        ..config.wal_options()
     };
     let (wal, report) = Wal::open(storage, options)?;
     let result = (|| {
@@ -180,18 +173,8 @@ pub fn verify(dir: impl AsRef<Path>) -> Result<Verification> {
         for (&bucket, entry) in &manifest.buckets {
             crate::store::load_bucket(wal.storage(), bucket, entry)?;
         }
-        let segments = wal.segments();
-        let store = StoreStats {
-            journal_segments: segments.len() as u64,
-            journal_bytes: segments.iter().map(|s| s.file_bytes).sum(),
-            buckets: manifest.buckets.len() as u64,
-            bucket_files: manifest.buckets.values().map(|b| b.runs.len() as u64).sum(),
-            bucket_bytes: manifest.run_bytes(),
-            bucket_jobs: manifest.jobs(),
-            moved_jobs: manifest.moved.len() as u64,
-            covered_lsn: manifest.covered_lsn,
-            ..StoreStats::default()
-        };
+        let mut store = StoreStats::default();
+        store.set_files(&manifest, &wal.segments());
         let recovery = RecoveryStats {
             records,
             skipped,

@@ -57,9 +57,33 @@ impl RecoveryStats {
         }
     }
 
+    /// No damage of any kind: nothing to cut, nothing repaired, no damaged copy.
+    pub fn is_healthy(&self) -> bool {
+        self.repaired.is_empty() && self.torn_tail.is_none() && self.damaged_mirrors == 0
+    }
+
     /// Journal records replayed plus jobs loaded from bucket files, per second.
     pub fn records_per_sec(&self) -> f64 {
         (self.records + self.bucket_jobs) as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+impl StoreStats {
+    /// Sets what the directory holds: the journal's `segments` and the files `manifest`
+    /// names (the other fields, what compaction did and what memory holds, are left alone).
+    pub(crate) fn set_files(
+        &mut self,
+        manifest: &crate::store::manifest::Manifest,
+        segments: &[timewheel_wal::SegmentInfo],
+    ) {
+        self.journal_segments = segments.len() as u64;
+        self.journal_bytes = segments.iter().map(|s| s.file_bytes).sum();
+        self.buckets = manifest.buckets.len() as u64;
+        self.bucket_files = manifest.buckets.values().map(|b| b.runs.len() as u64).sum();
+        self.bucket_bytes = manifest.run_bytes();
+        self.bucket_jobs = manifest.jobs();
+        self.moved_jobs = manifest.moved.len() as u64;
+        self.covered_lsn = manifest.covered_lsn;
     }
 }
 

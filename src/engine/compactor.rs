@@ -193,16 +193,8 @@ impl Shared {
         let segments = self.wal.segments();
         let non_resident = self.lock_state().non_resident;
         let store = lock(&self.store);
-        let m = &store.manifest;
         let mut stats = store.totals.clone();
-        stats.journal_segments = segments.len() as u64;
-        stats.journal_bytes = segments.iter().map(|s| s.file_bytes).sum();
-        stats.buckets = m.buckets.len() as u64;
-        stats.bucket_files = m.buckets.values().map(|b| b.runs.len() as u64).sum();
-        stats.bucket_bytes = m.run_bytes();
-        stats.bucket_jobs = m.jobs();
-        stats.moved_jobs = m.moved.len() as u64;
-        stats.covered_lsn = m.covered_lsn;
+        stats.set_files(&store.manifest, &segments);
         stats.compaction_error = store.stopped.clone().or_else(|| store.last_error.clone());
         stats.non_resident = non_resident;
         stats.damage = store.damage.clone();

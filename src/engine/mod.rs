@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use timewheel_wal::storage::mmap::MmapStorage;
-use timewheel_wal::{Durability, Lsn, Wal, WalOptions};
+use timewheel_wal::{Durability, Lsn, Wal};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
@@ -155,14 +155,7 @@ impl Engine {
         let _entered = span.enter();
         config.validate()?;
         let open_started_ms = clock.now_ms();
-        let options = WalOptions {
-            segment_bytes: config.segment_bytes,
-            record_bytes_max: u32::try_from(crate::record::record_bytes_max(&config))
-                .expect("validated"),
-            durability: config.durability,
-            recovery_mode: config.recovery_mode,
-        };
-        let (wal, report) = Wal::open(storage, options)?;
+        let (wal, report) = Wal::open(storage, config.wal_options())?;
         let manifest = crate::store::open(wal.storage(), wal.first_lsn())?;
         if !crate::store::ensure_ballast(wal.storage(), config.disk_ballast_bytes)? {
             tracing::warn!("no room for the ballast file a full disk would give up to compaction");
