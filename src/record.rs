@@ -118,7 +118,7 @@ const _: () = assert!(SCHEDULE_FIXED_BYTES == 40);
 
 /// The largest record body the configuration allows (a schedule with the largest payload, or
 /// a failure with the longest reason).
-pub(crate) fn record_bytes_max(config: &crate::Config) -> usize {
+pub fn record_bytes_max(config: &crate::Config) -> usize {
     schedule_bytes_max(config).max(failure_bytes_max(config))
 }
 

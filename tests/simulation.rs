@@ -188,6 +188,9 @@ impl Totals {
                 t.reschedules_by_key += r.reschedules_by_key;
                 t.tenant_limited += r.tenant_limited;
                 t.fed += r.fed;
+                t.memory_checks += r.memory_checks;
+                t.memory_unreadable += r.memory_unreadable;
+                t.far_held += r.far_held;
                 self.recurring_seeds += u64::from(r.nexts > 0);
                 self.fair_seeds += u64::from(rep.fair);
             }
@@ -292,6 +295,11 @@ fn seeds() {
     eprintln!(
         "fairness ({} seeds): {} ids fed, {} tenant-limited skips",
         t.fair_seeds, l.fed, l.tenant_limited
+    );
+    eprintln!(
+        "memory: {} passes checked ({} skipped, the journal unreadable), {} far jobs held, each \
+         with a record the pass did not fold",
+        l.memory_checks, l.memory_unreadable, l.far_held
     );
     assert!(
         t.failures.is_empty(),

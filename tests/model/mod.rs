@@ -579,6 +579,12 @@ pub struct Tally {
     pub tenant_limited: u64,
     /// Fairness: ids fed into the ready channel.
     pub fed: u64,
+    /// The memory check after compaction passes (`tests/sim/memory.rs`): passes checked...
+    pub memory_checks: u64,
+    /// ... of which skipped, their journal unreadable (media damage)...
+    pub memory_unreadable: u64,
+    /// ... and the far jobs memory held at them (each with a record the pass did not fold).
+    pub far_held: u64,
 }
 
 /// The oracle.

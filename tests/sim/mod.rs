@@ -2,6 +2,7 @@
 //! disk with a manual clock. See `tests/simulation.rs` and docs/testing.md. The oracle is the
 //! engine model in `tests/model/`, shared with the `engine_ops` fuzz target.
 
+pub mod memory;
 pub mod ops;
 pub mod run;
 pub mod trace;

@@ -595,9 +595,37 @@ impl Sim {
                 // Invisible to the model: what the engine holds and reports must not change,
                 // whether the pass succeeds or a fault stops it part-way (the oracle checks
                 // both after this step, and after every later crash and reopen).
+                let passes_before = live.engine.store_stats().compactions;
                 let r = live.engine.compact();
                 self.trace
                     .event(&[80, r.as_ref().map_or(u64::MAX, |c| c.records)]);
+                if r.is_ok()
+                    && live.engine.store_stats().compactions > passes_before
+                    && !self.poisoned(&live)
+                {
+                    // Memory after the pass: no far job whose records it folded (a pass that
+                    // found nothing sealed sweeps nothing, so only after one that ran).
+                    let config = self.config();
+                    let horizon_ms = config.horizon_ms;
+                    let far_from_ms = (self.model.max_clock_ms.saturating_add(horizon_ms)
+                        / 3_600_000)
+                        .saturating_add(1)
+                        .saturating_mul(3_600_000);
+                    let held = super::memory::check_after_pass(
+                        &live.engine,
+                        &self.disk,
+                        &config,
+                        far_from_ms,
+                    )?;
+                    self.trace
+                        .line(|| format!("   far jobs in memory after the pass: {held:?}"));
+                    let t = &mut self.model.tally;
+                    t.memory_checks += 1;
+                    match held {
+                        Some(n) => t.far_held += n as u64,
+                        None => t.memory_unreadable += 1,
+                    }
+                }
                 match r {
                     Ok(c) => self.trace.line(|| {
                         let s = live.engine.store_stats();
