@@ -74,16 +74,45 @@ impl Inspection {
     }
 }
 
+/// Refuses a directory that holds no timewheel data (no journal segment, no manifest): a
+/// mistyped path is an error, not an empty log found healthy. The read-only open would
+/// otherwise make its first segment in memory and report it.
+fn holds_data(dir: &Path) -> Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if timewheel_wal::parse_segment_file_name(name).is_some()
+            || name == crate::store::manifest::MANIFEST_NAME
+        {
+            return Ok(());
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        format!(
+            "{} holds no timewheel data (no journal segment, no manifest)",
+            dir.display()
+        ),
+    )
+    .into())
+}
+
+/// The whole open over `dir` read in place, every bucket read, checked and loaded (counts and
+/// due range cover every job).
+fn open_in_place(dir: &Path) -> Result<Engine> {
+    holds_data(dir)?;
+    let config = Config::new(dir)
+        .verify_buckets_at_open(true)
+        .horizon_ms(100 * 366 * 24 * crate::config::HOUR_MS);
+    Engine::open_read_only(config)
+}
+
 /// Runs the next open's recovery and replay over `dir` without changing it; see the module
 /// documentation. Damage an open would refuse is the same error here
 /// ([`Error::Corrupted`](crate::Error::Corrupted) with segment and offset, or
 /// [`Error::UndecodableRecord`](crate::Error::UndecodableRecord) with the LSN).
 pub fn inspect(dir: impl AsRef<Path>) -> Result<Inspection> {
-    // Every bucket is read and checked, and loaded: counts and due range cover every job.
-    let config = Config::new(dir.as_ref())
-        .verify_buckets_at_open(true)
-        .horizon_ms(100 * 366 * 24 * crate::config::HOUR_MS);
-    let engine = Engine::open_read_only(config)?;
+    let engine = open_in_place(dir.as_ref())?;
     let stats = engine.stats();
     let found = Inspection {
         recovery: engine.recovery().clone(),
@@ -143,6 +172,7 @@ impl Verification {
 /// ```
 pub fn verify(dir: impl AsRef<Path>) -> Result<Verification> {
     let started = std::time::Instant::now();
+    holds_data(dir.as_ref())?;
     let config = Config::new(dir.as_ref());
     let storage = ReadOnlyStorage::open_dir(dir.as_ref())?;
     let options = WalOptions {
@@ -227,10 +257,7 @@ pub fn jobs(
     query: &crate::JobQuery,
     mut each: impl FnMut(&crate::JobInfo),
 ) -> Result<u64> {
-    let config = Config::new(dir.as_ref())
-        .verify_buckets_at_open(true)
-        .horizon_ms(100 * 366 * 24 * crate::config::HOUR_MS);
-    let engine = Engine::open_read_only(config)?;
+    let engine = open_in_place(dir.as_ref())?;
     let mut listed = 0;
     let mut next = Some(query.clone());
     let result = (|| {
@@ -285,6 +312,7 @@ impl DumpFilter {
 /// runs (over the directory read in place, as for [`inspect`]), not the replay. Returns the
 /// records written.
 pub fn dump(dir: impl AsRef<Path>, filter: DumpFilter, out: &mut impl Write) -> Result<u64> {
+    holds_data(dir.as_ref())?;
     let storage = ReadOnlyStorage::open_dir(dir.as_ref())?;
     let options = WalOptions {
         durability: Durability::Buffered,

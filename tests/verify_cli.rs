@@ -247,3 +247,43 @@ fn verify_checks_the_format_and_deep_replays_as_the_open_does() {
     assert!(Engine::open(small(&dir.0)).is_err(), "the open refuses it");
     assert_eq!(snapshot(&dir.0), before, "nothing changed the directory");
 }
+
+#[test]
+fn a_directory_without_timewheel_data_is_refused_not_found_healthy() {
+    // A mistyped path (an empty directory, or one of other files) is not an empty log: every
+    // reading command says so and exits 2, and leaves the directory as it was.
+    let dir = TempDir::new("verify-no-data");
+    std::fs::create_dir_all(&dir.0).unwrap();
+    std::fs::write(dir.0.join("notes.txt"), b"not a journal").unwrap();
+    let before = snapshot(&dir.0);
+    for args in [
+        &["verify"][..],
+        &["verify", "--deep"],
+        &["inspect"],
+        &["dump"],
+        &["jobs"],
+    ] {
+        let out = run(args, &dir.0);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("holds no timewheel data"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(snapshot(&dir.0), before, "{args:?} changed the directory");
+    }
+    // The library says the same, as an I/O error of kind NotFound.
+    match timewheel::inspect::verify(&dir.0) {
+        Err(timewheel::Error::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::NotFound),
+        other => panic!("verify of a directory without data: {other:?}"),
+    }
+    // Once an engine has opened it, it is a (healthy, empty) data directory.
+    Engine::open(small(&dir.0)).unwrap().close().unwrap();
+    let out = run(&["verify"], &dir.0);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
