@@ -150,11 +150,25 @@ pub fn retry_storm(dir: &Path, jobs: u64, attempts: u32) -> Storm {
 /// two workers claim (batches of 256) and complete. Returns tenant 2's due-to-claim lateness
 /// on the workers' clock, with fairness on (tenant 1 limited to `a_limit` running) or off.
 pub fn fairness(dir: &Path, a_jobs: u64, b_jobs: u64, fair: bool, a_limit: u32) -> Percentiles {
+    fairness_with(dir, a_jobs, b_jobs, fair, a_limit, |_| {})
+}
+
+/// [`fairness`], with the engine's config changed by `tune` (`examples/fairness_probe.rs`:
+/// which part of tenant 2's tail is compaction's disk work, which the log's segment rolls).
+pub fn fairness_with(
+    dir: &Path,
+    a_jobs: u64,
+    b_jobs: u64,
+    fair: bool,
+    a_limit: u32,
+    tune: impl FnOnce(&mut Config),
+) -> Percentiles {
     let mut config = Config::new(dir);
     if fair {
         config = config.fair_tenants(0);
         config.tenant_running_limits.insert(1, a_limit);
     }
+    tune(&mut config);
     let engine = Arc::new(Engine::open(config).expect("open"));
     let start = now_ms() + 3_000;
     for chunk in (0..a_jobs).collect::<Vec<_>>().chunks(10_000) {
