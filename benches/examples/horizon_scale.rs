@@ -5,7 +5,8 @@
 //! the directory's bytes; needs about 81 bytes of disk per job.
 //!
 //! `cargo build --release -p timewheel-benches && cargo run --release -p timewheel-benches
-//! --example horizon_scale -- 100000000 /path/on/a/real/disk`
+//! --example horizon_scale -- 100000000 /path/on/a/real/disk [--keep]` (`--keep` leaves the
+//! directory for a look: `timewheel inspect`, or another reopen)
 
 use std::path::PathBuf;
 
@@ -18,6 +19,7 @@ fn main() {
         args.next()
             .unwrap_or_else(|| format!("target/horizon-scale-{jobs}")),
     );
+    let keep = args.next().as_deref() == Some("--keep");
     let _ = std::fs::remove_dir_all(&dir);
     // The harness binary serves as the reopening child.
     let exe = std::env::current_exe()
@@ -43,5 +45,7 @@ fn main() {
         bytes as f64 / jobs as f64,
         t.elapsed().as_secs_f64()
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    if !keep {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

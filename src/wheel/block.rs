@@ -14,9 +14,10 @@
 /// Items per block: 4 KiB of items.
 pub(crate) const BLOCK_ITEMS: usize = 256;
 
-/// Items a block of the millisecond ring starts with room for: its slots hold a few items each
+/// Items a small block starts with room for. The millisecond ring's slots hold a few items each
 /// (2 800 a second at 10M timers an hour spread over 1 000 slots), so a full block per slot
-/// would spread them over 4 MB; blocks there grow by doubling instead.
+/// would spread them over 4 MB; blocks there grow by doubling instead. So does the first block
+/// of a minute in the overflow (jobs weeks ahead touch a minute or two each).
 pub(crate) const SMALL_BLOCK_ITEMS: usize = 4;
 
 /// Empty blocks the pool keeps for reuse (16 MiB); more go back to the allocator.
@@ -51,8 +52,9 @@ impl Slot {
         self.blocks.is_empty()
     }
 
-    /// Appends an item to the tail block, starting a new block when it is full: a small one
-    /// that grows when `small`, else a whole one from the pool.
+    /// Appends an item to the tail block, starting a new block when it is full (or the slot has
+    /// none): a small one that grows by doubling up to a whole one when `small`, else a whole
+    /// one from the pool.
     #[inline]
     pub(crate) fn push(&mut self, item: Item, pool: &mut Pool, small: bool) {
         match self.blocks.last_mut() {

@@ -225,3 +225,48 @@ fn sweeping_all_the_time_keeps_the_model() {
         "the sweep ran in only {swept_seeds} of 40 seeds"
     );
 }
+
+#[test]
+fn sparse_far_minutes_hold_small_blocks_and_dense_ones_whole_blocks() {
+    // Jobs spread over the coming weeks: a few in each of thousands of minutes beyond the
+    // minute ring. A whole block per minute (256 items) made 4 KiB for each; the first block
+    // of an overflow minute starts small and grows.
+    let mut wheel = TimingWheel::new(T0);
+    let far = T0 + 100 * crate::config::HOUR_MS;
+    let minutes = 5_000u64;
+    for m in 0..minutes {
+        for k in 0..3 {
+            wheel.insert(far + m * 60_000 + k, m);
+        }
+    }
+    let capacity = wheel.overflow_capacity();
+    assert!(
+        capacity <= 4 * 3 * minutes as usize,
+        "{capacity} items of room for {} far timers",
+        3 * minutes
+    );
+    // A dense far minute grows to whole blocks: no more than one block's slack.
+    let dense = far + minutes * 60_000;
+    for k in 0..10_000u64 {
+        wheel.insert(dense + k % 60_000, k);
+    }
+    let dense_capacity = wheel.overflow_capacity() - capacity;
+    assert!(
+        (10_000..10_000 + BLOCK_ITEMS).contains(&dense_capacity),
+        "{dense_capacity} items of room for 10000 timers in one minute"
+    );
+    // Every timer still fires at its millisecond.
+    let mut fired = 0;
+    let mut last = 0;
+    while let Some(next) = wheel.next_due() {
+        while let Some((_, due, _)) = wheel.poll(next) {
+            assert!(
+                due >= last && due <= next,
+                "fired {due} at {next} after {last}"
+            );
+            last = due;
+            fired += 1;
+        }
+    }
+    assert_eq!(fired, 3 * minutes + 10_000);
+}
