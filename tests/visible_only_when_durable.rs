@@ -96,3 +96,57 @@ fn the_attempt_a_worker_held_is_never_handed_out_again_after_a_crash() {
     }
     assert_eq!(seen, [1, 2, 3]);
 }
+
+/// A key taken by a schedule that is appended and not committed names its job to a second
+/// schedule of the same key (which returns that id and schedules nothing), but to no lookup:
+/// `id_by_key`, `get_by_key` and `cancel_by_key` see it only once its commit made it
+/// visible. Batches longer than one commit chunk become visible whole, and two batches in
+/// flight at once each on their own commit.
+#[test]
+fn a_key_taken_by_an_uncommitted_schedule_is_seen_only_after_its_commit() {
+    let disk = FaultDisk::new(62);
+    let clock = ManualClock::new(T0);
+    let engine = open_sim(&disk, &clock);
+    let key = |b: u32, i: u32| format!("order-{b}-{i}").into_bytes();
+    let batch = |b: u32, n: u32| (0..n).map(move |i| JobSpec::at(T0 + 5_000).key(key(b, i)));
+    let (first, p1) = engine.schedule_batch_nowait(batch(1, 3000)).expect("1");
+    let (second, p2) = engine.schedule_batch_nowait(batch(2, 10)).expect("2");
+    let again = engine.schedule(JobSpec::at(T0 + 9_000).key(key(1, 2999)));
+    assert_eq!(again.expect("names the pending job"), first[2999]);
+    for (b, ids) in [(1, &first), (2, &second)] {
+        for i in [0, ids.len() as u32 - 1] {
+            let k = key(b, i);
+            assert_eq!(engine.id_by_key(&k), None, "batch {b}: not visible yet");
+            assert!(engine.get_by_key(&k).is_none());
+            assert_eq!(
+                engine.cancel_by_key(&k).expect("cancel"),
+                timewheel::Outcome::NotFound
+            );
+        }
+    }
+    engine.commit(p2).expect("2 durable");
+    assert_eq!(engine.id_by_key(&key(2, 9)), Some(second[9]));
+    assert_eq!(
+        engine.id_by_key(&key(1, 0)),
+        None,
+        "batch 1 still uncommitted"
+    );
+    engine.commit(p1).expect("1 durable");
+    for i in [0, 1023, 1024, 2047, 2048, 2999] {
+        assert_eq!(engine.id_by_key(&key(1, i)), Some(first[i as usize]));
+    }
+    assert_eq!(
+        engine.cancel_by_key(&key(1, 5)).expect("cancel"),
+        timewheel::Outcome::Done
+    );
+    assert_eq!(
+        engine.id_by_key(&key(1, 5)),
+        None,
+        "cancelling frees the key"
+    );
+    let fresh = engine
+        .schedule(JobSpec::at(T0 + 5_000).key(key(1, 5)))
+        .expect("a new job takes the freed key");
+    assert!(!first.contains(&fresh));
+    assert_eq!(engine.id_by_key(&key(1, 5)), Some(fresh));
+}

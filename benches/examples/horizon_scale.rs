@@ -36,11 +36,13 @@ fn main() {
         .map(|m| m.len())
         .sum();
     println!(
-        "{jobs} jobs: scheduled and compacted {:.0} jobs/s; reopen {:.0} ms, {:.1} MiB resident, \
-         idle CPU {:.2} % of a core; {bytes} bytes on disk ({:.1} per job); {:.0} s in all",
+        "{jobs} jobs: scheduled and compacted {:.0} jobs/s; reopen {:.0} ms, {:.1} MiB resident \
+         ({:.1} MiB after 3 s idle), idle CPU {:.2} % of a core; {bytes} bytes on disk ({:.1} \
+         per job); {:.0} s in all",
         h.scheduled_per_s,
         h.reopen_ms,
         h.reopen_rss_mib,
+        h.idle_rss_mib,
         h.idle_cpu_percent,
         bytes as f64 / jobs as f64,
         t.elapsed().as_secs_f64()

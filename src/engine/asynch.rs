@@ -247,7 +247,7 @@ impl Engine {
         let (ids, pending) = self.schedule_batch_nowait(specs)?;
         if !pending.ends.is_empty() {
             self.acknowledged(Some(pending.lsn)).await?;
-            self.make_visible(&pending);
+            self.make_visible(pending);
         }
         Ok(ids)
     }

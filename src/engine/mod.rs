@@ -104,6 +104,12 @@ pub struct Pending {
     /// The schedule records, exactly as appended.
     body: Vec<u8>,
     ends: Vec<usize>,
+    /// The key of each new job (one per record, or none at all when no record names a key),
+    /// the allocation the key table holds: it becomes the job's own record of its key.
+    keys: Vec<Option<Arc<[u8]>>>,
+    /// The end of the batch's range of sequence numbers the key table holds unseen
+    /// ([`table::KeyIndex::note_unseen`]), when some new job has a key.
+    unseen_end: Option<u64>,
 }
 
 /// What [`Engine::drain`] left behind.
@@ -336,6 +342,8 @@ impl Engine {
                     named_existing: false,
                     body,
                     ends,
+                    keys: Vec::new(),
+                    unseen_end: None,
                 },
             ));
         }
@@ -366,6 +374,8 @@ impl Engine {
                 fresh += u64::from(n == Named::New);
                 named.push(n);
             }
+            // The new jobs that took a key hold it unseen until their commit.
+            state.keys.note_unseen(next_seq..next_seq + fresh);
             drop(state);
             if named.iter().any(|n| *n != Named::New) {
                 let (b, e) = without(&body, &ends, &named);
@@ -446,9 +456,11 @@ impl Engine {
                         if let Some((h, k)) = key
                             && *n == Named::New
                         {
-                            state.keys.clear_pending(*h, k, Some(*id));
+                            state.keys.release(*h, k, *id);
                         }
                     }
+                    let end = next_seq + new_ids.len() as u64;
+                    state.keys.seen_up_to(end, end);
                 }
                 let e = Error::from(e);
                 if let Error::NoSpace { segment, .. } = &e {
@@ -463,6 +475,21 @@ impl Engine {
             state.counters.deduplicated += (ids.len() - new_ids.len()) as u64;
         }
         let named_existing = new_ids.len() < ids.len();
+        // Each new job's key, moved: the table holds its own count of the same allocation.
+        let (keys, unseen_end): (Vec<Option<Arc<[u8]>>>, _) = if keys.is_empty() {
+            (Vec::new(), None)
+        } else if named.is_empty() {
+            let keys = keys.into_iter().map(|k| k.map(|(_, k)| k)).collect();
+            (keys, Some(next_seq + new_ids.len() as u64))
+        } else {
+            let keys = keys
+                .into_iter()
+                .zip(&named)
+                .filter(|(_, n)| **n == Named::New)
+                .map(|(k, _)| k.map(|(_, k)| k))
+                .collect();
+            (keys, Some(next_seq + new_ids.len() as u64))
+        };
         Ok((
             ids,
             Pending {
@@ -470,6 +497,8 @@ impl Engine {
                 named_existing,
                 body,
                 ends,
+                keys,
+                unseen_end,
             },
         ))
     }
@@ -487,13 +516,13 @@ impl Engine {
             return Ok(());
         }
         sh.wait_acknowledged(pending.lsn)?;
-        self.make_visible(&pending);
+        self.make_visible(pending);
         Ok(())
     }
 
     /// The second half of [`commit`](Self::commit), once the batch is acknowledged: applies
     /// its schedules.
-    fn make_visible(&self, pending: &Pending) {
+    fn make_visible(&self, mut pending: Pending) {
         let sh = &*self.shared;
         // In bounded chunks, so the timer thread and other callers get the lock in between.
         const CHUNK: usize = 1024;
@@ -514,15 +543,17 @@ impl Engine {
                     // (by a load or a call naming it) before this commit got here: memory
                     // holds it already.
                     if state.jobs.contains_key(&s.id) || state.dead.contains_key(&s.id) {
-                        if let Some(k) = s.key {
-                            state.keys.clear_pending(table::key_hash(k), k, None);
-                        }
                         continue;
                     }
                     earliest = earliest.min(s.due_ms);
                 }
+                let key = pending
+                    .keys
+                    .get_mut(c * CHUNK + j)
+                    .and_then(Option::take)
+                    .map(state::TakenKey);
                 state
-                    .apply(&event, Mode::Live)
+                    .apply_taken(&event, key)
                     .expect("a new id is not in the table");
                 if let Some(id) = event.id() {
                     // Its own record's LSN, not the batch's last: a pass that folded the
@@ -533,6 +564,11 @@ impl Engine {
                     // 12 % of the jobs scheduled in batches of 100,000.
                     state.changed_at(id, first_lsn + (c * CHUNK + j) as u64);
                 }
+            }
+            if let Some(end) = pending.unseen_end {
+                let len = pending.ends.len() as u64;
+                let done = ((c + 1) * CHUNK).min(pending.ends.len()) as u64;
+                state.keys.seen_up_to(end, end - len + done);
             }
             if earliest < state.sleeping_until_ms {
                 sh.wake.notify_all();

@@ -26,6 +26,10 @@ use crate::store::bucket::StoredJob;
 use crate::store::compact::FarJob;
 use crate::wheel::TimingWheel;
 
+/// An idempotency key the key table already names a new job as the holder of: taken when
+/// its schedule was appended, the job's own from its commit on.
+pub(crate) struct TakenKey(pub Arc<[u8]>);
+
 /// Whether a record is applied by a live call or by replay: replay keeps no timers (they are
 /// armed once the whole log is read).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,6 +171,26 @@ impl State {
     /// The one transition function: applies the record `event` (its ids already admitted by
     /// the id ledger) or says why the log could not hold it, changing nothing then.
     pub fn apply(&mut self, event: &Event<'_>, mode: Mode) -> Result<(), &'static str> {
+        self.transition(event, mode, None)
+    }
+
+    /// [`apply`](Self::apply) of a live schedule made visible by its commit: its key, if it
+    /// names one, was taken when it was appended ([`KeyIndex::take_or_holder`]), so the key
+    /// table is not looked up again.
+    pub fn apply_taken(
+        &mut self,
+        event: &Event<'_>,
+        key: Option<TakenKey>,
+    ) -> Result<(), &'static str> {
+        self.transition(event, Mode::Live, key)
+    }
+
+    fn transition(
+        &mut self,
+        event: &Event<'_>,
+        mode: Mode,
+        taken: Option<TakenKey>,
+    ) -> Result<(), &'static str> {
         let live = mode == Mode::Live;
         match *event {
             Event::ReserveIds { .. } => Ok(()),
@@ -176,9 +200,14 @@ impl State {
                 }
                 // Taken first: the one check that can still refuse, and it changes nothing
                 // when it does.
-                let key: Option<Arc<[u8]>> = match s.key {
-                    None => None,
-                    Some(k) => Some(
+                let key: Option<Arc<[u8]>> = match (s.key, taken) {
+                    (None, _) => None,
+                    (Some(k), Some(TakenKey(taken))) => {
+                        assert!(*taken == *k, "the key taken is the record's");
+                        debug_assert!(self.keys.holds(key_hash(k), k, s.id));
+                        Some(taken)
+                    }
+                    (Some(k), None) => Some(
                         self.keys
                             .hold(key_hash(k), k, s.id)
                             .ok_or("idempotency key held by another job")?,

@@ -197,13 +197,22 @@ pub(crate) fn key_hash(key: &[u8]) -> u64 {
         .hash_one(key)
 }
 
-/// Idempotency keys, in one table: each key with the job that holds it (a visible job, live or
-/// dead, resident or not) and the job whose schedule naming it is appended but not visible
-/// yet (pending). One entry per key, found by a hash computed once per call ([`key_hash`]),
+/// Idempotency keys, in one table: each key with the one job that holds it (a visible job,
+/// live or dead, resident or not, or a job whose schedule naming it is appended but not
+/// visible yet). One entry per key, found by a hash computed once per call ([`key_hash`]),
 /// where two maps and a hash per lookup cost a keyed schedule eight SipHash runs.
+///
+/// Whether a holder is visible is not kept in its entry: a batch's new jobs have consecutive
+/// sequence numbers, and the batch's range stays in `unseen` from the append until its
+/// commit makes them visible. So a commit touches one range, not each of its keys: a second
+/// probe per key there (one cache miss for the control group and one for the entry, among a
+/// million keys) was the largest part of a keyed schedule's extra cost.
 #[derive(Debug, Default)]
 pub(crate) struct KeyIndex {
     table: hashbrown::HashTable<KeyEntry>,
+    /// Sequence ranges of jobs appended and not visible yet: one per batch with keys in
+    /// flight, a handful at most.
+    unseen: Vec<std::ops::Range<u64>>,
 }
 
 #[derive(Debug)]
@@ -211,8 +220,7 @@ struct KeyEntry {
     hash: u64,
     /// One allocation per key, shared with the holder's `Extra::key`.
     key: Arc<[u8]>,
-    held: Option<JobId>,
-    pending: Option<JobId>,
+    holder: JobId,
 }
 
 impl KeyIndex {
@@ -220,97 +228,93 @@ impl KeyIndex {
         self.table.find(hash, |e| e.hash == hash && *e.key == *key)
     }
 
-    /// The entry of `key`, made empty if there is none. With `pending = Some(id)`, an entry
-    /// `id` is pending in is taken as `key`'s without reading the key's bytes (a second cache
-    /// miss): a job names one key.
-    fn entry(
-        &mut self,
-        hash: u64,
-        key: &[u8],
-        pending: Option<JobId>,
-        alloc: impl FnOnce() -> Arc<[u8]>,
-    ) -> &mut KeyEntry {
-        let same = |e: &KeyEntry| {
-            e.hash == hash && ((pending.is_some() && e.pending == pending) || *e.key == *key)
-        };
-        self.table
-            .entry(hash, same, |e| e.hash)
-            .or_insert_with(|| KeyEntry {
-                hash,
-                key: alloc(),
-                held: None,
-                pending: None,
-            })
-            .into_mut()
+    /// Whether `id`'s schedule is appended and not visible yet.
+    fn is_unseen(&self, id: JobId) -> bool {
+        let seq = id.seq();
+        self.unseen.iter().any(|r| r.contains(&seq))
     }
 
-    /// Drops the entry of `key` once neither a holder nor a pending schedule names it.
-    fn prune(&mut self, hash: u64, key: &[u8]) {
-        if let Ok(e) = self
+    /// The visible job holding `key`.
+    pub fn held(&self, hash: u64, key: &[u8]) -> Option<JobId> {
+        self.find(hash, key)
+            .map(|e| e.holder)
+            .filter(|&id| !self.is_unseen(id))
+    }
+
+    /// Who a new schedule of `key` finds: the job holding it, visible or not. If there is
+    /// none, `id` (a job of a batch that [`note_unseen`](Self::note_unseen) names before the
+    /// state lock is let go) becomes the holder and `None` is returned. One lookup.
+    pub fn take_or_holder(&mut self, hash: u64, key: &Arc<[u8]>, id: JobId) -> Option<JobId> {
+        let entry = self
             .table
-            .find_entry(hash, |e| e.hash == hash && *e.key == *key)
-            && e.get().held.is_none()
-            && e.get().pending.is_none()
+            .entry(hash, |e| e.hash == hash && *e.key == **key, |e| e.hash);
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(e) => Some(e.get().holder),
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                v.insert(KeyEntry {
+                    hash,
+                    key: Arc::clone(key),
+                    holder: id,
+                });
+                None
+            }
+        }
+    }
+
+    /// The jobs with sequence numbers in `seqs` are appended, not visible yet.
+    pub fn note_unseen(&mut self, seqs: std::ops::Range<u64>) {
+        if !seqs.is_empty() {
+            self.unseen.push(seqs);
+        }
+    }
+
+    /// The jobs of the unseen range ending at `end` are visible up to sequence `up_to`
+    /// (exclusive): all of them once `up_to` reaches `end`, or when the batch's append failed
+    /// and its keys were let go.
+    pub fn seen_up_to(&mut self, end: u64, up_to: u64) {
+        if let Some(i) = self.unseen.iter().position(|r| r.end == end) {
+            let r = &mut self.unseen[i];
+            r.start = r.start.max(up_to);
+            if r.is_empty() {
+                self.unseen.swap_remove(i);
+            }
+        }
+    }
+
+    /// Lets go of `key` if `id` holds it (visible or not): the job finished, or its append
+    /// failed.
+    pub fn release(&mut self, hash: u64, key: &[u8], id: JobId) {
+        if let Ok(e) = self.table.find_entry(hash, |e| {
+            e.hash == hash && (e.holder == id || *e.key == *key)
+        }) && e.get().holder == id
         {
             e.remove();
         }
     }
 
-    /// The visible job holding `key`.
-    pub fn held(&self, hash: u64, key: &[u8]) -> Option<JobId> {
-        self.find(hash, key).and_then(|e| e.held)
-    }
-
-    /// Who a new schedule of `key` finds: the job holding it, visible or pending. If there is
-    /// none, `id`'s schedule naming `key` is noted as appended, not yet visible (pending), and
-    /// `None` returned. One lookup.
-    pub fn take_or_holder(&mut self, hash: u64, key: &Arc<[u8]>, id: JobId) -> Option<JobId> {
-        let e = self.entry(hash, key, None, || Arc::clone(key));
-        if let Some(holder) = e.held.or(e.pending) {
-            return Some(holder);
-        }
-        e.pending = Some(id);
-        None
-    }
-
-    /// Forgets the pending schedule of `key`, if it is `id`'s (`None`: whoever's).
-    pub fn clear_pending(&mut self, hash: u64, key: &[u8], id: Option<JobId>) {
-        let Some(e) = self
-            .table
-            .find_mut(hash, |e| e.hash == hash && *e.key == *key)
-        else {
-            return;
-        };
-        if id.is_none() || e.pending == id {
-            e.pending = None;
-            self.prune(hash, key);
-        }
-    }
-
-    /// Makes `id` the holder of `key`, its pending schedule (if it was `id`'s) now visible,
-    /// and returns the key's allocation, for the job's own record of its key; or `None`, and
-    /// changes nothing, when another job holds `key`. One lookup.
+    /// Makes `id` the holder of `key` (a job replayed, or read back from a bucket) and returns
+    /// the key's allocation, for the job's own record of its key; or `None`, and changes
+    /// nothing, when another job holds `key`. One lookup.
     pub fn hold(&mut self, hash: u64, key: &[u8], id: JobId) -> Option<Arc<[u8]>> {
-        let e = self.entry(hash, key, Some(id), || Arc::from(key));
-        if e.held.is_some_and(|other| other != id) {
-            return None;
-        }
-        if e.pending == Some(id) {
-            e.pending = None;
-        }
-        e.held = Some(id);
-        Some(Arc::clone(&e.key))
+        let e = self
+            .table
+            .entry(
+                hash,
+                |e| e.hash == hash && (e.holder == id || *e.key == *key),
+                |e| e.hash,
+            )
+            .or_insert_with(|| KeyEntry {
+                hash,
+                key: Arc::from(key),
+                holder: id,
+            })
+            .into_mut();
+        (e.holder == id).then(|| Arc::clone(&e.key))
     }
 
-    /// Lets go of `key` if `id` holds it.
-    pub fn release(&mut self, hash: u64, key: &[u8], id: JobId) {
-        if let Some(e) = self.table.find_mut(hash, |e| {
-            e.hash == hash && (e.held == Some(id) || *e.key == *key)
-        }) && e.held == Some(id)
-        {
-            e.held = None;
-            self.prune(hash, key);
-        }
+    /// Whether `id` holds `key`, visible or not (for checks).
+    pub fn holds(&self, hash: u64, key: &[u8], id: JobId) -> bool {
+        self.find(hash, key).is_some_and(|e| e.holder == id)
     }
 }
 

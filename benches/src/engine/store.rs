@@ -184,8 +184,10 @@ pub struct Horizon {
     pub scheduled_per_s: f64,
     /// The reopen, in a fresh process.
     pub reopen_ms: f64,
-    /// The reopened process's resident memory.
+    /// The reopened process's resident memory, when the open returned.
     pub reopen_rss_mib: f64,
+    /// The same after a few idle seconds (the log's next segment prepared meanwhile).
+    pub idle_rss_mib: f64,
     /// Its CPU use while idle for a few seconds, in % of a core.
     pub idle_cpu_percent: f64,
 }
@@ -195,6 +197,7 @@ pub struct Horizon {
 struct Reopened {
     open_ms: f64,
     rss_mib: f64,
+    idle_rss_mib: f64,
     idle_cpu_percent: f64,
 }
 
@@ -223,6 +226,7 @@ pub fn horizon(dir: &Path, jobs: u64, exe: &Path) -> Result<Horizon, String> {
         scheduled_per_s,
         reopen_ms: r.open_ms,
         reopen_rss_mib: r.rss_mib,
+        idle_rss_mib: r.idle_rss_mib,
         idle_cpu_percent: r.idle_cpu_percent,
     })
 }
@@ -246,10 +250,12 @@ pub fn horizon_child() -> bool {
     let t = Instant::now();
     std::thread::sleep(Duration::from_secs(3));
     let idle_cpu_percent = (cpu_seconds() - cpu0) / t.elapsed().as_secs_f64() * 100.0;
+    let idle_rss_mib = rss_bytes() as f64 / f64::from(1 << 20);
     engine.close().expect("close");
     let r = Reopened {
         open_ms,
         rss_mib,
+        idle_rss_mib,
         idle_cpu_percent,
     };
     println!("{}", serde_json::to_string(&r).expect("plain numbers"));

@@ -777,6 +777,10 @@ fn horizon(n: u64, cx: &Context) -> Workload {
                 h.reopen_rss_mib,
             ),
             (
+                Metric::lower("the same after 3 s idle", "MiB"),
+                h.idle_rss_mib,
+            ),
+            (
                 Metric::lower("idle CPU for 3 s after the reopen", "% of a core"),
                 h.idle_cpu_percent,
             ),
