@@ -280,8 +280,16 @@ impl World {
     }
 }
 
+fn keys_cases() -> u32 {
+    std::env::var("KEYS_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(128)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    // `KEYS_CASES=N` for a longer run than `cargo test`'s 128.
+    #![proptest_config(ProptestConfig { cases: keys_cases(), ..ProptestConfig::default() })]
 
     #[test]
     fn one_job_per_key_while_it_lives(ops in prop::collection::vec(op(), 1..80), seed in any::<u64>()) {
