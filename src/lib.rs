@@ -40,6 +40,12 @@
 //! `Stream` of claimed jobs (`Engine::claimed_stream`). The futures
 //! need no particular runtime; `examples/async_service.rs` is a small tokio service.
 //!
+//! Dropping a future (a timeout, a `select!`) is safe: a change (cancel, reschedule, complete,
+//! fail) is applied before the future waits and becomes durable with the next sync; a
+//! schedule dropped while it waits still becomes visible (it fires, and its key finds it) once
+//! a sync makes it durable; jobs a dropped `next_async` had claimed are delivered again when
+//! their lease runs out.
+//!
 //! ```
 //! # fn main() -> timewheel::Result<()> {
 //! # let dir = std::env::temp_dir().join(format!("timewheel-doc-async-{}", std::process::id()));

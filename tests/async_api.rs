@@ -181,3 +181,50 @@ fn a_failed_sync_resolves_every_waiting_future_with_an_error() {
         "{results:?}"
     );
 }
+
+/// Cancel safety: a schedule whose future is dropped while it waits for its sync (a timeout,
+/// a `select!` that took another branch) still makes its job visible once the job is durable.
+/// The job is not hidden until the next open: a retry with the same key gets its id and finds
+/// it. (Before, the dropped batch stayed invisible, its key pointing at it, until a restart.)
+#[test]
+fn a_schedule_future_dropped_while_it_waits_still_makes_its_job_visible() {
+    let disk = FaultDisk::new(64);
+    let clock = ManualClock::new(T0);
+    let engine = Arc::new(open_sim(&disk, &clock));
+    runtime().block_on(async {
+        let mut dropped = Vec::new();
+        for i in 0..20 {
+            let key = format!("order-{i}");
+            let spec = JobSpec::at(T0 + 1_000).key(key.clone());
+            // Polled once (it appends and starts waiting), then dropped.
+            let once = tokio::time::timeout(Duration::ZERO, engine.schedule_async(spec)).await;
+            if once.is_err() {
+                dropped.push(key);
+            }
+        }
+        assert!(
+            !dropped.is_empty(),
+            "some future was dropped while it waited"
+        );
+        for key in &dropped {
+            // A bounded wait for the durability thread's sync, not a timing assertion.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            let id = loop {
+                if let Some(id) = engine.id_by_key(key.as_bytes()) {
+                    break id;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{key}: its job never became visible"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            };
+            assert!(engine.get(id).is_some(), "{key}: {id} visible");
+            let again = engine
+                .schedule_async(JobSpec::at(T0 + 5).key(key.clone()))
+                .await
+                .expect("a retry of the same key");
+            assert_eq!(again, id, "{key}: the retry finds the job");
+        }
+    });
+}

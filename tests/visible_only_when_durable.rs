@@ -150,3 +150,53 @@ fn a_key_taken_by_an_uncommitted_schedule_is_seen_only_after_its_commit() {
     assert!(!first.contains(&fresh));
     assert_eq!(engine.id_by_key(&key(1, 5)), Some(fresh));
 }
+
+/// A batch whose `Pending` is dropped uncommitted (what an async schedule's future dropped
+/// while it waits for its sync leaves behind) is not hidden until the next open: the next sync
+/// that covers it makes it visible, key included, and its jobs fire. Dropped once durable, it
+/// is visible at once; after a failed sync, never.
+#[test]
+fn a_dropped_pending_batch_becomes_visible_once_a_sync_covers_it() {
+    let disk = FaultDisk::new(63);
+    let clock = ManualClock::new(T0);
+    let engine = open_sim(&disk, &clock);
+    let (ids, pending) = engine
+        .schedule_batch_nowait([JobSpec::at(T0 + 100).key("order-9"), JobSpec::at(T0 + 200)])
+        .expect("appended");
+    drop(pending);
+    assert!(engine.get(ids[0]).is_none(), "not durable yet: not visible");
+    assert_eq!(engine.id_by_key(b"order-9"), None);
+    // Another call's commit syncs the log, and with it the dropped batch.
+    let other = engine.schedule(JobSpec::at(T0 + 300)).expect("durable");
+    assert!(engine.get(ids[0]).is_some() && engine.get(ids[1]).is_some());
+    assert_eq!(engine.id_by_key(b"order-9"), Some(ids[0]));
+    let again = engine.schedule(JobSpec::at(T0 + 999).key("order-9"));
+    assert_eq!(again.expect("the key's job"), ids[0]);
+    clock.set(T0 + 300);
+    let fired: BTreeSet<_> = fire(&engine).into_iter().collect();
+    assert_eq!(fired, BTreeSet::from([ids[0], ids[1], other]));
+
+    let (late, pending) = engine
+        .schedule_batch_nowait([JobSpec::at(T0 + 500)])
+        .expect("appended");
+    engine.sync().expect("sync");
+    drop(pending);
+    assert!(
+        engine.get(late[0]).is_some(),
+        "durable when dropped: visible"
+    );
+
+    let (lost, pending) = engine
+        .schedule_batch_nowait([JobSpec::at(T0 + 600)])
+        .expect("appended");
+    drop(pending);
+    disk.set_sync_failure(SyncFailure::Next);
+    assert!(
+        engine.schedule(JobSpec::at(T0 + 700)).is_err(),
+        "the sync failed"
+    );
+    assert!(
+        engine.get(lost[0]).is_none(),
+        "never visible after a failed sync"
+    );
+}

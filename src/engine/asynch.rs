@@ -13,7 +13,10 @@
 //! - **Fired jobs.** The timer thread wakes the tasks waiting to take a job after it queues ids.
 //!
 //! What the futures do besides waiting (check, append, apply) is what the blocking calls do, and
-//! takes the same short locks. A call naming a job kept on disk beyond the horizon reads its
+//! takes the same short locks. A future dropped while it waits leaves no hole: a change was
+//! applied before the wait; a schedule's batch goes back to the engine (`Pending`'s `Drop`),
+//! which makes it visible once durable (after the sync the durability thread leads for it);
+//! jobs a dropped take had claimed are delivered again when their lease runs out. A call naming a job kept on disk beyond the horizon reads its
 //! bucket file first, in the calling task, as the blocking call does.
 //!
 //! The crate docs carry the example.
@@ -26,7 +29,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
 
-use timewheel_wal::{Durability, Lsn};
+use timewheel_wal::Lsn;
 
 use super::{Engine, Shared, lock};
 use crate::error::{Error, Result};
@@ -85,12 +88,6 @@ impl Wakers {
     }
 }
 
-impl Shared {
-    fn is_acknowledged(&self, lsn: Lsn) -> bool {
-        self.config.durability != Durability::Sync || self.wal.durable_lsn() >= lsn
-    }
-}
-
 /// The durability thread: waits for the highest LSN any future awaits, then wakes every future
 /// whose LSN is acknowledged (all of them, after a failure: they find the log poisoned).
 fn run(shared: Arc<Shared>) {
@@ -116,6 +113,8 @@ fn run(shared: Arc<Shared>) {
         // have not written since: never this thread's case, the futures are not callers.)
         std::thread::yield_now();
         let failed = shared.wait_acknowledged(target).is_err();
+        // Batches whose futures were dropped while they waited: theirs is this sync too.
+        shared.adopt_orphans();
         waits = lock(&wakers.durable);
         waits.pending.retain(|(lsn, waker)| {
             let done = failed || *lsn <= target;
@@ -146,7 +145,7 @@ impl Future for Acknowledged<'_> {
         let check = || {
             if sh.wal.is_poisoned() {
                 Some(Err(Error::Poisoned))
-            } else if sh.is_acknowledged(self.lsn) {
+            } else if sh.acknowledged_through(self.lsn) {
                 Some(Ok(()))
             } else if sh.closed.load(Ordering::Acquire) {
                 Some(Err(Error::Closed))
@@ -244,10 +243,15 @@ impl Engine {
         &self,
         specs: impl IntoIterator<Item = JobSpec>,
     ) -> Result<Vec<JobId>> {
-        let (ids, pending) = self.schedule_batch_nowait(specs)?;
+        let (ids, mut pending) = self.schedule_batch_nowait(specs)?;
         if !pending.ends.is_empty() {
-            self.acknowledged(Some(pending.lsn)).await?;
-            self.make_visible(pending);
+            // Dropped while it waits here, `pending` goes back to the engine, which makes the
+            // jobs visible once durable (cancel safety).
+            let acknowledged = self.acknowledged(Some(pending.lsn)).await;
+            pending.owner = None;
+            acknowledged?;
+            self.shared.make_visible(pending);
+            self.shared.adopt_orphans();
         }
         Ok(ids)
     }

@@ -87,14 +87,23 @@ pub(crate) struct Shared {
     /// The log could not grow: `(segment, refuse schedules until this clock reading, the next
     /// wait)`. See `Config::no_space_retry_ms`.
     no_space: Mutex<Option<(u64, u64, u64)>>,
+    /// Batches appended whose [`Pending`] was dropped before its commit (an async schedule
+    /// whose future was dropped while it awaited the sync, a `schedule_batch_nowait` never
+    /// committed), not yet durable: made visible once they are (`Shared::adopt_orphans`).
+    orphans: Mutex<Vec<Pending>>,
+    has_orphans: AtomicBool,
     /// What wakes the async API's futures.
     #[cfg(feature = "async")]
     wakers: asynch::Wakers,
 }
 
 /// Schedules appended to the log but not yet durable, nor visible: pass it to
-/// [`Engine::commit`]. Dropping it leaves the jobs invisible until the next open (if they
-/// became durable by then).
+/// [`Engine::commit`], which waits for them to be durable and returns `Ok` once they are
+/// visible. Dropped instead (an async schedule's future dropped while it waits for the sync,
+/// in a `select!` or a timeout), the jobs still become visible once a sync makes them durable:
+/// at once if one already has, else after the next commit or async wait that covers them. Only
+/// a failed sync leaves them invisible (the engine is then poisoned; what of them is durable
+/// comes back at the next open).
 #[must_use = "the jobs fire only once committed"]
 pub struct Pending {
     lsn: Lsn,
@@ -110,6 +119,24 @@ pub struct Pending {
     /// The end of the batch's range of sequence numbers the key table holds unseen
     /// ([`table::KeyIndex::note_unseen`]), when some new job has a key.
     unseen_end: Option<u64>,
+    /// The engine, while no commit has taken the batch: a drop hands the batch back to it.
+    owner: Option<std::sync::Weak<Shared>>,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(sh) = self.owner.take().and_then(|w| w.upgrade()) {
+            sh.adopt(Pending {
+                lsn: self.lsn,
+                named_existing: self.named_existing,
+                body: std::mem::take(&mut self.body),
+                ends: std::mem::take(&mut self.ends),
+                keys: std::mem::take(&mut self.keys),
+                unseen_end: self.unseen_end,
+                owner: None,
+            });
+        }
+    }
 }
 
 /// What [`Engine::drain`] left behind.
@@ -202,6 +229,8 @@ impl Engine {
             store: Mutex::new(compactor::StoreState::new(manifest, resident_below)),
             compactor_wake: Condvar::new(),
             no_space: Mutex::new(None),
+            orphans: Mutex::new(Vec::new()),
+            has_orphans: AtomicBool::new(false),
             #[cfg(feature = "async")]
             wakers: asynch::Wakers::default(),
         });
@@ -344,6 +373,7 @@ impl Engine {
                     ends,
                     keys: Vec::new(),
                     unseen_end: None,
+                    owner: None,
                 },
             ));
         }
@@ -499,6 +529,7 @@ impl Engine {
                 ends,
                 keys,
                 unseen_end,
+                owner: Some(Arc::downgrade(&self.shared)),
             },
         ))
     }
@@ -507,8 +538,10 @@ impl Engine {
     /// must), then makes its jobs visible: from now on they fire, `get` shows them, and they
     /// can be cancelled. On `Err` nothing was made visible; whether the jobs survive is
     /// unknown until the next open.
-    pub fn commit(&self, pending: Pending) -> Result<()> {
+    pub fn commit(&self, mut pending: Pending) -> Result<()> {
         let sh = &*self.shared;
+        // This call decides: visible once durable, or never (a failed sync).
+        pending.owner = None;
         if pending.ends.is_empty() {
             if pending.named_existing {
                 sh.wait_acknowledged(pending.lsn)?;
@@ -516,14 +549,17 @@ impl Engine {
             return Ok(());
         }
         sh.wait_acknowledged(pending.lsn)?;
-        self.make_visible(pending);
+        sh.make_visible(pending);
+        sh.adopt_orphans();
         Ok(())
     }
+}
 
-    /// The second half of [`commit`](Self::commit), once the batch is acknowledged: applies
-    /// its schedules.
+impl Shared {
+    /// The second half of [`Engine::commit`], once the batch is acknowledged: applies its
+    /// schedules.
     fn make_visible(&self, mut pending: Pending) {
-        let sh = &*self.shared;
+        let sh = self;
         // In bounded chunks, so the timer thread and other callers get the lock in between.
         const CHUNK: usize = 1024;
         // The schedules are the batch's last records (after a reservation of ids, if any), in
@@ -577,6 +613,52 @@ impl Engine {
         }
     }
 
+    /// Takes back a batch whose [`Pending`] was dropped uncommitted: visible now if it is
+    /// durable already, else kept until a later commit or async wait finds it durable. After
+    /// a failed sync nothing is made visible.
+    fn adopt(&self, pending: Pending) {
+        if pending.ends.is_empty() || self.wal.is_poisoned() {
+            return;
+        }
+        if self.acknowledged_through(pending.lsn) {
+            self.make_visible(pending);
+            return;
+        }
+        lock(&self.orphans).push(pending);
+        self.has_orphans.store(true, Ordering::Release);
+    }
+
+    /// Makes visible the dropped batches ([`Shared::adopt`]) that are durable by now. Called
+    /// after each commit and each wake of the async API's durability thread.
+    pub(crate) fn adopt_orphans(&self) {
+        if !self.has_orphans.load(Ordering::Acquire) {
+            return;
+        }
+        let durable: Vec<Pending> = {
+            let mut orphans = lock(&self.orphans);
+            if self.wal.is_poisoned() {
+                orphans.clear();
+            }
+            let (durable, waiting) = std::mem::take(&mut *orphans)
+                .into_iter()
+                .partition(|p| self.acknowledged_through(p.lsn));
+            *orphans = waiting;
+            self.has_orphans
+                .store(!orphans.is_empty(), Ordering::Release);
+            durable
+        };
+        for pending in durable {
+            self.make_visible(pending);
+        }
+    }
+
+    /// Whether `lsn` is acknowledged as the durability mode says (durable, under `Sync`).
+    fn acknowledged_through(&self, lsn: Lsn) -> bool {
+        self.config.durability != Durability::Sync || self.wal.durable_lsn() >= lsn
+    }
+}
+
+impl Engine {
     /// Cancels a job that has not started. A job already in the ready queue is cancelled too:
     /// its `claim` returns `None`. Durable when it returns `Outcome::Done`.
     pub fn cancel(&self, id: JobId) -> Result<Outcome> {
