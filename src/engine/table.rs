@@ -210,8 +210,9 @@ pub(crate) fn key_hash(key: &[u8]) -> u64 {
 #[derive(Debug, Default)]
 pub(crate) struct KeyIndex {
     table: hashbrown::HashTable<KeyEntry>,
-    /// Sequence ranges of jobs appended and not visible yet: one per batch with keys in
-    /// flight, a handful at most.
+    /// Sequence ranges of jobs appended and not visible yet: one per keyed batch between its
+    /// append and its commit (or the sync that makes a dropped one visible). Only lookups by
+    /// key alone read it.
     unseen: Vec<std::ops::Range<u64>>,
 }
 
