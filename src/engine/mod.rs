@@ -506,11 +506,9 @@ impl Engine {
         }
         let named_existing = new_ids.len() < ids.len();
         // Each new job's key, moved: the table holds its own count of the same allocation.
+        // `named` has one entry per spec whenever some spec names a key.
         let (keys, unseen_end): (Vec<Option<Arc<[u8]>>>, _) = if keys.is_empty() {
             (Vec::new(), None)
-        } else if named.is_empty() {
-            let keys = keys.into_iter().map(|k| k.map(|(_, k)| k)).collect();
-            (keys, Some(next_seq + new_ids.len() as u64))
         } else {
             let keys = keys
                 .into_iter()
