@@ -191,6 +191,9 @@ fn a_schedule_future_dropped_while_it_waits_still_makes_its_job_visible() {
     let disk = FaultDisk::new(64);
     let clock = ManualClock::new(T0);
     let engine = Arc::new(open_sim(&disk, &clock));
+    // A slow disk: no sync ends until the futures are dropped, so each one is dropped while
+    // it waits (on a fast machine a sync could otherwise end within the first poll).
+    disk.hold_syncs(true);
     runtime().block_on(async {
         let mut dropped = Vec::new();
         for i in 0..20 {
@@ -202,10 +205,19 @@ fn a_schedule_future_dropped_while_it_waits_still_makes_its_job_visible() {
                 dropped.push(key);
             }
         }
-        assert!(
-            !dropped.is_empty(),
-            "some future was dropped while it waited"
+        assert_eq!(
+            dropped.len(),
+            20,
+            "every future was dropped while it waited"
         );
+        for key in &dropped {
+            assert_eq!(
+                engine.id_by_key(key.as_bytes()),
+                None,
+                "{key}: not durable yet"
+            );
+        }
+        disk.hold_syncs(false);
         for key in &dropped {
             // A bounded wait for the durability thread's sync, not a timing assertion.
             let deadline = tokio::time::Instant::now() + Duration::from_secs(60);

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use super::inode::Inode;
 use super::rng::SimRng;
@@ -235,6 +235,9 @@ impl DiskState {
 #[derive(Clone)]
 pub struct FaultDisk {
     state: Arc<Mutex<DiskState>>,
+    /// Whether syncs are held (see [`FaultDisk::hold_syncs`]), outside the state's lock so
+    /// that a held sync blocks only its caller.
+    sync_gate: Arc<(Mutex<bool>, Condvar)>,
 }
 
 impl fmt::Debug for FaultDisk {
@@ -263,6 +266,7 @@ impl FaultDisk {
     pub(crate) fn from_state(state: DiskState) -> FaultDisk {
         FaultDisk {
             state: Arc::new(Mutex::new(state)),
+            sync_gate: Arc::new((Mutex::new(false), Condvar::new())),
         }
     }
 
@@ -288,6 +292,26 @@ impl FaultDisk {
     /// failure.
     pub fn seed(&self) -> u64 {
         self.lock().seed
+    }
+
+    /// Holds every sync (file or directory) that starts from now on until `hold_syncs(false)`:
+    /// a slow disk, for a test that must see a caller waiting on its sync. Only the syncing
+    /// thread blocks; writes, reads and the other calls go on. A crashed disk starts released.
+    pub fn hold_syncs(&self, hold: bool) {
+        let (held, released) = &*self.sync_gate;
+        *held.lock().unwrap_or_else(PoisonError::into_inner) = hold;
+        if !hold {
+            released.notify_all();
+        }
+    }
+
+    /// Blocks while syncs are held.
+    pub(super) fn wait_for_sync_gate(&self) {
+        let (held, released) = &*self.sync_gate;
+        let mut held = held.lock().unwrap_or_else(PoisonError::into_inner);
+        while *held {
+            held = released.wait(held).unwrap_or_else(PoisonError::into_inner);
+        }
     }
 
     /// Sets when syncs fail with `EIO` (file syncs and directory syncs alike).

@@ -151,6 +151,7 @@ impl Storage for FaultStorage {
     }
 
     fn sync_dir(&self) -> io::Result<()> {
+        self.disk.wait_for_sync_gate();
         let mut s = self.disk.lock();
         if s.sync_fails() {
             // The operations stay pending: a crash may keep any prefix of them.
@@ -294,6 +295,7 @@ impl StorageFile for FaultFile {
             return Ok(()); // like MmapFile: nothing to write back, no system call
         }
         let range = start..start + len;
+        self.disk.wait_for_sync_gate();
         let mut s = self.disk.lock();
         if s.sync_fails() {
             let inode = s.inodes.get_mut(&self.ino).expect("open inodes exist");
