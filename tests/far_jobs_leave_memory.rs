@@ -136,3 +136,57 @@ fn far_jobs_read_back_or_changed_leave_memory_after_the_next_pass() {
     }
     assert_eq!(engine.stats().scheduled, ids.len() as u64 + 600);
 }
+
+/// A batch whose commit comes after a pass folded its records: the pass found its far jobs
+/// nowhere in memory (not visible yet) and took them for finished; the commit then put them in
+/// memory, where they stayed until the horizon reached their bucket. Now the commit marks them
+/// as held with a far copy, and the next pass lets them go. (A committing thread descheduled
+/// across a segment roll and a pass: here made certain with `schedule_batch_nowait`.)
+#[test]
+fn far_jobs_committed_after_a_pass_folded_them_leave_memory() {
+    let disk = FaultDisk::new(7);
+    let clock = ManualClock::new(T0);
+    let engine = Engine::open_on(disk.storage(), cfg(), Arc::new(clock.clone())).expect("opens");
+    let late = |i: u64| T0 + 6 * 24 * HOUR + i * 1_000;
+    let (late_ids, pending) = engine
+        .schedule_batch_nowait((0..300).map(|i| JobSpec::at(late(i)).payload(vec![3u8; 100])))
+        .expect("appended");
+    // Jobs of about 1 KiB, committed: they seal the segments holding the pending batch.
+    let push =
+        |n: u64| {
+            for k in 0..n {
+                engine
+                    .schedule_batch((0..4).map(|i| {
+                        JobSpec::at(T0 + 9 * 24 * HOUR + k * 4 + i).payload(vec![4u8; 500])
+                    }))
+                    .expect("scheduled");
+                while engine.compact().expect("compact").records > 0 {}
+            }
+        };
+    push(100);
+    assert!(
+        engine.get(late_ids[0]).is_none(),
+        "not visible before its commit"
+    );
+    engine.commit(pending).expect("durable");
+    for (i, &id) in late_ids.iter().enumerate() {
+        assert_eq!(
+            engine.get(id).map(|j| j.due_ms),
+            Some(late(i as u64)),
+            "job {i}"
+        );
+    }
+    push(100);
+    // What memory holds now: the jobs of the segment being appended to (64 KiB: a few dozen
+    // of the 1 KiB jobs), not the 300 committed late.
+    let held = in_memory(&engine);
+    assert!(held < 150, "{held} far jobs in memory after the passes");
+    for (i, &id) in late_ids.iter().enumerate() {
+        assert_eq!(
+            engine.get(id).map(|j| j.due_ms),
+            Some(late(i as u64)),
+            "job {i}"
+        );
+    }
+    assert_eq!(engine.stats().scheduled, 300 + 800);
+}

@@ -597,6 +597,14 @@ impl Shared {
                     // far job for eviction once, when it first writes it to its bucket):
                     // 12 % of the jobs scheduled in batches of 100,000.
                     state.changed_at(id, first_lsn + (c * CHUNK + j) as u64);
+                    // A pass folded this record into a bucket beyond the horizon before the
+                    // commit got here, found the job nowhere in memory and took it for
+                    // finished (a new id is in `far_gone` for no other reason): it has a far
+                    // copy, and the next pass that catches up lets memory go of it. Left as a
+                    // plain job, it stayed in memory until the horizon reached its bucket.
+                    if state.far_gone.remove(&id) {
+                        state.held_with_far_copy(id);
+                    }
                 }
             }
             if let Some(end) = pending.unseen_end {

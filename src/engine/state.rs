@@ -685,14 +685,21 @@ impl State {
             let id = far.id;
             if self.evict(far, folded_to) {
                 evicted += 1;
-            } else if let Some(job) = self.jobs.get_mut(&id) {
-                job.far_copy = true;
-                self.far_resident.insert(id);
+            } else if self.jobs.contains_key(&id) {
+                self.held_with_far_copy(id);
             } else {
                 self.far_gone.insert(id);
             }
         }
         evicted
+    }
+
+    /// Notes that memory holds job `id` (live) while a bucket beyond the horizon holds a copy:
+    /// a later pass that has folded every change of it lets memory go of it
+    /// (`sweep_far_resident`).
+    pub fn held_with_far_copy(&mut self, id: JobId) {
+        self.jobs.get_mut(&id).expect("held").far_copy = true;
+        self.far_resident.insert(id);
     }
 
     /// After a pass that folded the journal up to `folded_to`, with the buckets from
@@ -764,8 +771,7 @@ impl State {
         self.restore(job).expect("checked absent");
         assert!(self.non_resident > 0, "a job kept on disk was counted");
         self.non_resident -= 1;
-        self.jobs.get_mut(&job.id).expect("restored").far_copy = true;
-        self.far_resident.insert(job.id);
+        self.held_with_far_copy(job.id);
         if live {
             let now_ms = self.now_ms;
             let entry = self.jobs.get_mut(&job.id).expect("restored");
