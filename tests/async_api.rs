@@ -240,3 +240,81 @@ fn a_schedule_future_dropped_while_it_waits_still_makes_its_job_visible() {
         }
     });
 }
+
+/// Cancel safety of a take: a `next_async` dropped while it waits for its claim's sync hands
+/// the job back at once (its attempt ends without a failure), so it fires again now with the
+/// next attempt; it used to stay leased to nobody until the lease ran out (30 s by default).
+#[test]
+fn a_take_dropped_while_it_waits_hands_its_job_back_at_once() {
+    let disk = FaultDisk::new(65);
+    let clock = ManualClock::new(T0);
+    let engine = Arc::new(open_sim(&disk, &clock));
+    let id = engine.schedule(JobSpec::at(T0)).expect("durable");
+    assert_eq!(engine.run_timers(), 1, "due now");
+    disk.hold_syncs(true);
+    runtime().block_on(async {
+        let once = tokio::time::timeout(Duration::ZERO, engine.next_async()).await;
+        assert!(once.is_err(), "dropped while its claim waited for the sync");
+    });
+    disk.hold_syncs(false);
+    let job = engine.get(id).expect("live");
+    assert_eq!(
+        (job.state, job.failures),
+        (timewheel::JobState::Scheduled, 0),
+        "handed back, not a failure"
+    );
+    // No time passes: the job fires again at once, not when the lease runs out.
+    assert_eq!(engine.run_timers(), 1, "fires again at once");
+    let again = runtime()
+        .block_on(engine.next_async())
+        .expect("claimed")
+        .expect("a job");
+    assert_eq!((again.id, again.attempt, again.due_ms), (id, 2, T0));
+    assert!(engine.complete(&again).expect("durable"));
+}
+
+/// A claimed stream dropped with jobs it took in a batch but has not yielded hands them back
+/// at once; the one it yielded stays the caller's.
+#[test]
+fn a_stream_dropped_with_claims_it_has_not_yielded_hands_them_back() {
+    let disk = FaultDisk::new(66);
+    let clock = ManualClock::new(T0);
+    let engine = open_sim(&disk, &clock);
+    let ids: HashSet<_> = engine
+        .schedule_batch((0..3).map(|_| JobSpec::at(T0)))
+        .expect("durable")
+        .into_iter()
+        .collect();
+    assert_eq!(engine.run_timers(), 3);
+    let first = runtime().block_on(async {
+        let mut stream = engine.claimed_stream(3);
+        next(&mut stream).await.expect("an item").expect("claimed")
+    });
+    assert!(ids.contains(&first.id));
+    assert_eq!(
+        engine.run_timers(),
+        2,
+        "the two not yielded fire again at once"
+    );
+    let again = engine
+        .claim_batch(&fire_ids(&engine))
+        .expect("claimed")
+        .into_iter()
+        .flatten()
+        .map(|c| (c.id, c.attempt))
+        .collect::<HashSet<_>>();
+    let want: HashSet<_> = ids
+        .iter()
+        .filter(|&&id| id != first.id)
+        .map(|&id| (id, 2))
+        .collect();
+    assert_eq!(again, want);
+    assert!(
+        engine.complete(&first).expect("durable"),
+        "still the caller's"
+    );
+}
+
+fn fire_ids(engine: &Engine) -> Vec<timewheel::JobId> {
+    engine.ready().try_iter().collect()
+}

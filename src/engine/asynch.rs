@@ -16,7 +16,8 @@
 //! takes the same short locks. A future dropped while it waits leaves no hole: a change was
 //! applied before the wait; a schedule's batch goes back to the engine (`Pending`'s `Drop`),
 //! which makes it visible once durable (after the sync the durability thread leads for it);
-//! jobs a dropped take had claimed are delivered again when their lease runs out. A call naming a job kept on disk beyond the horizon reads its
+//! jobs a dropped take had claimed go back at once (their attempts end without a failure, and
+//! they fire again with the next attempt). A call naming a job kept on disk beyond the horizon reads its
 //! bucket file first, in the calling task, as the blocking call does.
 //!
 //! The crate docs carry the example.
@@ -331,8 +332,13 @@ impl Engine {
                 return Ok(Vec::new());
             }
             let (claimed, lsn) = self.shared.claim_batch_nowait(&ids)?;
+            // Dropped while it waits (or failed), the claims go back: nobody got them.
+            let mut held = HandBack {
+                shared: &self.shared,
+                claimed: claimed.into_iter().flatten().collect(),
+            };
             self.acknowledged(lsn).await?;
-            let claimed: Vec<Claimed> = claimed.into_iter().flatten().collect();
+            let claimed = std::mem::take(&mut held.claimed);
             if !claimed.is_empty() {
                 return Ok(claimed);
             }
@@ -353,6 +359,35 @@ impl Engine {
     }
 }
 
+/// Claims made for a take that has not returned them yet. Dropped with any left (the take's
+/// future was dropped while it waited for their sync, or the sync failed), it ends their
+/// attempts at once, without a failure, so that the jobs fire again now with the next attempt
+/// instead of when their leases run out. Nothing is waited for: the records share the next
+/// sync, and if they are lost (a failed sync, a crash) the leases still run out as before.
+struct HandBack<'a> {
+    shared: &'a Shared,
+    claimed: Vec<Claimed>,
+}
+
+impl Drop for HandBack<'_> {
+    fn drop(&mut self) {
+        if self.claimed.is_empty() || self.shared.wal.is_poisoned() {
+            return;
+        }
+        let items: Vec<_> = self
+            .claimed
+            .iter()
+            .map(|c| {
+                let due_ms = c.due_ms;
+                (c, super::worker::Ending::RetryAt { due_ms })
+            })
+            .collect();
+        if let Err(e) = self.shared.end_attempts_nowait(&items) {
+            tracing::debug!(error = %e, "claims of a dropped take were not handed back");
+        }
+    }
+}
+
 type Taking<'a> = Pin<Box<dyn Future<Output = Result<Vec<Claimed>>> + Send + 'a>>;
 
 /// See [`Engine::claimed_stream`].
@@ -362,6 +397,16 @@ pub struct ClaimedStream<'a> {
     batch: usize,
     buffer: VecDeque<Claimed>,
     taking: Option<Taking<'a>>,
+}
+
+impl Drop for ClaimedStream<'_> {
+    /// Claimed jobs taken in a batch and not yet yielded go back at once, like a dropped take's.
+    fn drop(&mut self) {
+        drop(HandBack {
+            shared: &self.engine.shared,
+            claimed: self.buffer.drain(..).collect(),
+        });
+    }
 }
 
 impl futures_core::Stream for ClaimedStream<'_> {
