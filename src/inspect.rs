@@ -461,6 +461,9 @@ fn render(event: &Event<'_>, line: &mut String) {
         Event::ReserveIds { up_to } => {
             write!(line, ",\"type\":\"reserve_ids\",\"up_to\":{up_to}")
         }
+        Event::Opened { crashes } | Event::Closed { crashes } => {
+            write!(line, ",\"type\":\"{}\",\"crashes\":{crashes}", event.name())
+        }
     };
     w.expect("writing to a String does not fail");
 }

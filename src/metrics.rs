@@ -20,6 +20,7 @@
 //! | `timewheel_jobs_redelivered_total` | counter | deliveries repeated since open (leases run out, crash recovery) |
 //! | `timewheel_jobs_requeued_total` | counter | ready jobs nobody claimed in time, queued again, since open |
 //! | `timewheel_jobs_missed_at_open` | gauge | jobs whose due time passed while the engine was down |
+//! | `timewheel_crashed_runs` | gauge | runs of the engine on this directory that ended without a clean close |
 //! | `timewheel_jobs_overdue` | gauge | jobs past due and not running |
 //! | `timewheel_ready_queue_depth` | gauge | ids in the ready channel |
 //! | `timewheel_fire_lateness_seconds{quantile}` | gauge | due time to the ready queue, since open: `0.5`, `0.99`, `0.999`, `1` |
@@ -94,6 +95,7 @@ pub fn publish(stats: &Stats, store: &StoreStats, log: &LogStats) {
     counter!("timewheel_jobs_redelivered_total").absolute(stats.redelivered);
     counter!("timewheel_jobs_requeued_total").absolute(stats.requeued);
     gauge!("timewheel_jobs_missed_at_open").set(stats.missed_at_open as f64);
+    gauge!("timewheel_crashed_runs").set(stats.crashed_runs as f64);
     gauge!("timewheel_jobs_overdue").set(stats.overdue as f64);
     gauge!("timewheel_ready_queue_depth").set(stats.ready_queue_depth as f64);
     for (quantile, us) in [
@@ -172,6 +174,11 @@ fn describe() {
         "timewheel_jobs_missed_at_open",
         Unit::Count,
         "Jobs whose due time passed while the engine was down."
+    );
+    describe_gauge!(
+        "timewheel_crashed_runs",
+        Unit::Count,
+        "Runs of the engine on this directory that ended without a clean close."
     );
     describe_gauge!(
         "timewheel_jobs_overdue",

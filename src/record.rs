@@ -25,7 +25,19 @@
 //! type 12 Requeue     id u64 | due_ms u64
 //! type 13 Purge       id u64
 //! type 14 Next        id u64 | attempt u32 | flags u16 | reserved u16 | due_ms u64
+//! type 15 Opened      crashes u32 | reserved u32
+//! type 16 Closed      crashes u32 | reserved u32
 //! ```
+//!
+//! `Opened` and `Closed` cut the log into the engine's *runs*, for the fencing token. A claim
+//! is handed to its worker before its record is durable, so a crash may cut a claim whose
+//! attempt number a worker saw. Every open appends `Opened` and syncs it before the first
+//! claim; a clean close appends `Closed` last and syncs it (every claim before it is then
+//! durable). `crashes` counts the runs that ended otherwise: an `Opened` that does not follow
+//! a `Closed` (or an empty directory) counts one more than the record before it. A job's next
+//! attempt is its last logged one + 1 + the crashed runs since its attempt was last set (its
+//! schedule, claim or requeue): each may have cut one claim of it (no job has two claims
+//! unsynced at once), so no number is handed out twice, while a clean restart skips none.
 //!
 //! The lifecycle records (9-13): `Retry` ends the lease of `attempt` and puts the job back to
 //! wait until `due_ms`; with [`RETRY_FAILED`] it was a failure, counted against the job's
@@ -97,6 +109,10 @@ pub const FLAG_RECUR: u16 = 1 << 3;
 const FLAGS_KNOWN: u16 = FLAG_BINARY_PAYLOAD | FLAG_BACKOFF | FLAG_KEY | FLAG_RECUR;
 /// Record type of a recurring job's occurrence done and the next one scheduled.
 pub const TYPE_NEXT: u8 = 14;
+/// Record type of an open.
+pub const TYPE_OPENED: u8 = 15;
+/// Record type of a clean close.
+pub const TYPE_CLOSED: u8 = 16;
 /// `Next` flag: the occurrence failed its last attempt.
 pub const NEXT_FAILED: u16 = 1 << 0;
 /// `Next` flag: the occurrence was skipped (misfire policy `Skip`), not delivered.
@@ -218,6 +234,16 @@ pub enum Event<'a> {
         /// The attempt whose lease ran out.
         attempt: u32,
     },
+    /// The engine opened (see the module docs).
+    Opened {
+        /// Runs before it that did not close cleanly.
+        crashes: u32,
+    },
+    /// The engine closed cleanly: every record before this one is durable.
+    Closed {
+        /// Runs before this one that did not close cleanly.
+        crashes: u32,
+    },
     /// Ids up to `up_to` (inclusive) may be handed out.
     ReserveIds {
         /// The highest id reserved.
@@ -306,6 +332,8 @@ impl Event<'_> {
             Event::Fail { .. } => TYPE_FAIL,
             Event::Expire { .. } => TYPE_EXPIRE,
             Event::ReserveIds { .. } => TYPE_RESERVE_IDS,
+            Event::Opened { .. } => TYPE_OPENED,
+            Event::Closed { .. } => TYPE_CLOSED,
             Event::Retry { .. } => TYPE_RETRY,
             Event::Bury { .. } => TYPE_BURY,
             Event::Extend { .. } => TYPE_EXTEND,
@@ -326,6 +354,8 @@ impl Event<'_> {
             Event::Fail { .. } => "fail",
             Event::Expire { .. } => "expire",
             Event::ReserveIds { .. } => "reserve_ids",
+            Event::Opened { .. } => "opened",
+            Event::Closed { .. } => "closed",
             Event::Retry { .. } => "retry",
             Event::Bury { .. } => "bury",
             Event::Extend { .. } => "extend",
@@ -351,7 +381,27 @@ impl Event<'_> {
             | Event::Requeue { id, .. }
             | Event::Purge { id }
             | Event::Next { id, .. } => Some(*id),
-            Event::ReserveIds { .. } => None,
+            Event::ReserveIds { .. } | Event::Opened { .. } | Event::Closed { .. } => None,
+        }
+    }
+
+    /// Whether this record sets its job's count of crashes seen (see the module docs): a
+    /// schedule, a claim or a requeue (the attempt is known then), or a record that ends or
+    /// extends a claim's open lease (while a lease is open in the log, a claim is durable
+    /// before it is handed out, so no crash cut one). A reschedule, cancel or skipped
+    /// occurrence of a waiting job keeps the count: a claim a crash cut before it is not in
+    /// the log, and its number must still be skipped.
+    pub fn sets_crashes_seen(&self) -> bool {
+        match self {
+            Event::Schedule(_)
+            | Event::Claim { .. }
+            | Event::Requeue { .. }
+            | Event::Expire { .. }
+            | Event::Retry { .. }
+            | Event::Bury { .. }
+            | Event::Extend { .. } => true,
+            Event::Next { flags, .. } => flags & NEXT_SKIPPED == 0,
+            _ => false,
         }
     }
 
@@ -433,6 +483,10 @@ impl Event<'_> {
                 out.extend_from_slice(reason.as_bytes());
             }
             Event::ReserveIds { up_to } => put_u64(out, *up_to),
+            Event::Opened { crashes } | Event::Closed { crashes } => {
+                out.extend_from_slice(&crashes.to_le_bytes());
+                out.extend_from_slice(&0u32.to_le_bytes());
+            }
             Event::Retry {
                 id,
                 attempt,
@@ -611,6 +665,16 @@ impl Event<'_> {
             TYPE_RESERVE_IDS => exact(8).map(|()| Event::ReserveIds {
                 up_to: u64_at(body, 0),
             }),
+            TYPE_OPENED | TYPE_CLOSED => {
+                exact(8)?;
+                reserved_zero(body, 4)?;
+                let crashes = u32_at(body, 0);
+                Ok(if record_type == TYPE_OPENED {
+                    Event::Opened { crashes }
+                } else {
+                    Event::Closed { crashes }
+                })
+            }
             TYPE_RETRY | TYPE_BURY => {
                 if body.len() < LIFECYCLE_FIXED_BYTES {
                     return Err(err("short lifecycle body"));
@@ -853,6 +917,9 @@ mod tests {
             attempt: 4,
         });
         roundtrip(Event::ReserveIds { up_to: 1 << 40 });
+        roundtrip(Event::Opened { crashes: 3 });
+        roundtrip(Event::Opened { crashes: 0 });
+        roundtrip(Event::Closed { crashes: 0 });
     }
 
     #[test]
@@ -886,6 +953,20 @@ mod tests {
         ]
         .concat();
         assert_eq!(buf, want);
+    }
+
+    #[test]
+    fn run_marks_layout_is_fixed() {
+        let mut body = Vec::new();
+        Event::Opened { crashes: 0x0102 }.encode(&mut body);
+        assert_eq!(body, [2, 1, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            Event::decode(TYPE_CLOSED, &body),
+            Ok(Event::Closed { crashes: 0x0102 })
+        );
+        body[5] = 1;
+        assert!(Event::decode(TYPE_OPENED, &body).is_err(), "reserved bytes");
+        assert!(Event::decode(TYPE_OPENED, &[0; 7]).is_err(), "short");
     }
 
     #[test]

@@ -178,6 +178,10 @@ pub struct Stats {
     pub requeued: u64,
     /// Missed jobs found at open.
     pub missed_at_open: u64,
+    /// Runs of the engine on this data directory that ended without a clean close (a crash,
+    /// a kill, a failed sync), as the log counts them: each may have cut one unsynced claim
+    /// per job, so a job that lived through it skips one attempt number at its next claim.
+    pub crashed_runs: u64,
     /// Fire lateness percentiles since open, in microseconds: p50, p99, p99.9, max.
     pub lateness_us_p50: u64,
     /// See `lateness_us_p50`.
@@ -229,6 +233,7 @@ impl Stats {
             redelivered: view.redelivered,
             requeued: view.requeued,
             missed_at_open: recovery.missed,
+            crashed_runs: view.crashed_runs,
             lateness_us_p50: q(h, 0.5),
             lateness_us_p99: q(h, 0.99),
             lateness_us_p999: q(h, 0.999),
@@ -256,6 +261,7 @@ pub(crate) struct StateView<'a> {
     pub claimed: u64,
     pub redelivered: u64,
     pub requeued: u64,
+    pub crashed_runs: u64,
     /// At least one scheduled job is past due (the timer thread is behind): a lower bound.
     pub scheduled_overdue: u64,
     pub lateness_us: &'a hdrhistogram::Histogram<u64>,

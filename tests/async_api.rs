@@ -193,7 +193,7 @@ fn a_schedule_future_dropped_while_it_waits_still_makes_its_job_visible() {
     let engine = Arc::new(open_sim(&disk, &clock));
     // A slow disk: no sync ends until the futures are dropped, so each one is dropped while
     // it waits (on a fast machine a sync could otherwise end within the first poll).
-    disk.hold_syncs(true);
+    let held = HeldSyncs::new(&disk);
     runtime().block_on(async {
         let mut dropped = Vec::new();
         for i in 0..20 {
@@ -217,7 +217,7 @@ fn a_schedule_future_dropped_while_it_waits_still_makes_its_job_visible() {
                 "{key}: not durable yet"
             );
         }
-        disk.hold_syncs(false);
+        drop(held);
         for key in &dropped {
             // A bounded wait for the durability thread's sync, not a timing assertion.
             let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -241,36 +241,48 @@ fn a_schedule_future_dropped_while_it_waits_still_makes_its_job_visible() {
     });
 }
 
-/// Cancel safety of a take: a `next_async` dropped while it waits for its claim's sync hands
-/// the job back at once (its attempt ends without a failure), so it fires again now with the
-/// next attempt; it used to stay leased to nobody until the lease ran out (30 s by default).
+/// A take returns its claim without waiting for a sync (the claim's attempt is unique all
+/// the same: see `Engine::claim`); the complete that ends the attempt is durable when it
+/// returns, and with it the claim. With the disk's syncs held, a take that waited for its
+/// claim's sync would never return (this test would fail at its guard).
 #[test]
-fn a_take_dropped_while_it_waits_hands_its_job_back_at_once() {
+fn a_take_returns_its_claim_before_any_sync() {
     let disk = FaultDisk::new(65);
     let clock = ManualClock::new(T0);
     let engine = Arc::new(open_sim(&disk, &clock));
     let id = engine.schedule(JobSpec::at(T0)).expect("durable");
     assert_eq!(engine.run_timers(), 1, "due now");
-    disk.hold_syncs(true);
-    runtime().block_on(async {
-        let once = tokio::time::timeout(Duration::ZERO, engine.next_async()).await;
-        assert!(once.is_err(), "dropped while its claim waited for the sync");
+    let syncs_before = disk.stats().file_syncs;
+    let held = HeldSyncs::new(&disk);
+    let claimed = runtime().block_on(async {
+        // A bounded guard, not a timing assertion: the take must not wait for the disk.
+        tokio::time::timeout(Duration::from_secs(60), engine.next_async())
+            .await
+            .expect("returned with the syncs held")
+            .expect("claimed")
+            .expect("a job")
     });
-    disk.hold_syncs(false);
-    let job = engine.get(id).expect("live");
-    assert_eq!(
-        (job.state, job.failures),
-        (timewheel::JobState::Scheduled, 0),
-        "handed back, not a failure"
-    );
-    // No time passes: the job fires again at once, not when the lease runs out.
-    assert_eq!(engine.run_timers(), 1, "fires again at once");
-    let again = runtime()
-        .block_on(engine.next_async())
-        .expect("claimed")
-        .expect("a job");
-    assert_eq!((again.id, again.attempt, again.due_ms), (id, 2, T0));
-    assert!(engine.complete(&again).expect("durable"));
+    assert_eq!((claimed.id, claimed.attempt), (id, 1));
+    assert_eq!(disk.stats().file_syncs, syncs_before, "no sync ran");
+    drop(held);
+    assert!(engine.complete(&claimed).expect("durable"));
+}
+
+/// Holds a disk's syncs until dropped (also when a failed assertion unwinds, which would
+/// otherwise hang in the engine's closing sync).
+struct HeldSyncs<'a>(&'a FaultDisk);
+
+impl<'a> HeldSyncs<'a> {
+    fn new(disk: &'a FaultDisk) -> Self {
+        disk.hold_syncs(true);
+        HeldSyncs(disk)
+    }
+}
+
+impl Drop for HeldSyncs<'_> {
+    fn drop(&mut self) {
+        self.0.hold_syncs(false);
+    }
 }
 
 /// A claimed stream dropped with jobs it took in a batch but has not yielded hands them back

@@ -284,8 +284,12 @@ fn a_full_disk_gives_up_the_ballast_so_compaction_can_free_space() {
             Err(e) => panic!("{e:?}"),
         }
     }
+    // The reserve is a quarter segment (16 KiB here), and each synced batch of cancels starts
+    // on a page of its own: at least three batches of 20 fit whatever page the last schedule
+    // left the log on (the `Opened` record of the open moved that page and this count from
+    // 100 to 80).
     assert!(
-        cancelled >= 100,
+        cancelled >= 60,
         "the reserve held some cancels: {cancelled}"
     );
     let before = engine.store_stats();

@@ -106,6 +106,9 @@ struct M {
     state: S,
     due_ms: u64,
     attempt: u32,
+    /// `World::crashes` when `attempt` was last set: a claim after a crash skips the number
+    /// that crash may have cut.
+    crashes_seen: u32,
     failures: u32,
     /// The log holds the newest claim's lease open (running, or ran out in memory only).
     lease_open: bool,
@@ -122,6 +125,8 @@ struct World {
     jobs: BTreeMap<JobId, M>,
     /// Every claim handed out, stale ones included.
     claims: Vec<Claimed>,
+    /// Runs of the engine that crashed.
+    crashes: u32,
 }
 
 impl World {
@@ -204,6 +209,7 @@ impl World {
                         state: S::Scheduled,
                         due_ms: now + due_in,
                         attempt: 0,
+                        crashes_seen: self.crashes,
                         failures: 0,
                         lease_open: false,
                         lease_until_ms: 0,
@@ -241,7 +247,15 @@ impl World {
                     }
                 }
                 let c = got.unwrap_or_else(|| panic!("ready job {id} was not claimed"));
-                m.attempt += 1;
+                // A job whose lease the log holds open is claimed durably: attempt + 1. A waiting
+                // one skips a number per crash since its count was set (a claim cut by it).
+                let skipped = if m.lease_open {
+                    0
+                } else {
+                    self.crashes - m.crashes_seen
+                };
+                m.attempt += 1 + skipped;
+                m.crashes_seen = self.crashes;
                 assert_eq!(c.attempt, m.attempt, "the fencing token of job {id}");
                 m.state = S::Running;
                 m.lease_open = true;
@@ -275,6 +289,7 @@ impl World {
                 let m = self.jobs.get_mut(&c.id).expect("held");
                 m.failures += 1;
                 m.lease_open = false;
+                m.crashes_seen = self.crashes;
                 if retryable && m.failures < m.policy.max_attempts {
                     let info = self.engine.as_ref().unwrap().get(c.id).expect("retried");
                     let wait = info
@@ -309,6 +324,7 @@ impl World {
                 if holds {
                     let m = self.jobs.get_mut(&c.id).expect("held");
                     m.lease_open = false;
+                    m.crashes_seen = self.crashes;
                     m.due_ms = now + later;
                     m.state = S::Scheduled;
                     self.fire();
@@ -326,7 +342,9 @@ impl World {
                 assert_eq!(got.is_some(), running, "extend of {c:?}");
                 if let Some(until) = got {
                     assert_eq!(until, now + ms);
-                    self.jobs.get_mut(&c.id).expect("running").lease_until_ms = until;
+                    let m = self.jobs.get_mut(&c.id).expect("running");
+                    m.lease_until_ms = until;
+                    m.crashes_seen = self.crashes;
                 }
             }
             Op::Requeue(i) => {
@@ -343,6 +361,7 @@ impl World {
                 );
                 if dead {
                     m.state = S::Scheduled;
+                    m.crashes_seen = self.crashes;
                     m.due_ms = now;
                     m.failures = 0;
                     m.last_error = None;
@@ -381,9 +400,13 @@ impl World {
                 self.open();
             }
             Op::Crash => {
-                // Everything acknowledged was synced: a crash that loses every unsynced byte
-                // loses nothing the model holds.
-                self.engine.take().expect("open").abandon();
+                // Everything acknowledged was synced, and the claims (handed out before their
+                // sync) are synced here: a crash that loses every unsynced byte loses nothing
+                // the model holds. The run did not close: each job's next claim skips a number.
+                let engine = self.engine.take().expect("open");
+                engine.sync().expect("sync");
+                engine.abandon();
+                self.crashes += 1;
                 self.disk = self.disk.crash(&CrashOptions::all_unsynced());
                 self.open();
             }
@@ -468,6 +491,7 @@ proptest! {
             engine: None,
             jobs: BTreeMap::new(),
             claims: Vec::new(),
+            crashes: 0,
         };
         world.open();
         for op in &ops {

@@ -195,11 +195,15 @@ fn damage_in_the_middle_is_cut_with_a_backup_and_the_engine_reopens_with_the_job
     assert_eq!(removed, segs[segs.len() / 2 + 1..], "every later segment");
     assert_eq!(plan["cut"]["rewritten"], middle.as_str());
     assert_eq!(plan["cut"]["unreadable"][0]["offset"], 8192, "{plan}");
-    // The damaged block held one cancel; the records after it are all read, and named.
+    // The damaged block held one cancel; the records after it are all read, and named: the
+    // cancels and the close's `Closed`.
     let after_damage = records.iter().filter(|r| r.0 > cut).count() as u64;
+    let cancels = after_damage - 1;
+    assert_eq!(records.last().map(|r| r.1.as_str()), Some("closed"));
     assert_eq!(plan["cut"]["records"], after_damage, "{plan}");
-    assert_eq!(plan["cut"]["by_type"]["cancel"], after_damage, "{plan}");
-    assert_eq!(plan["cut"]["jobs"], after_damage, "{plan}");
+    assert_eq!(plan["cut"]["by_type"]["cancel"], cancels, "{plan}");
+    assert_eq!(plan["cut"]["by_type"]["closed"], 1, "{plan}");
+    assert_eq!(plan["cut"]["jobs"], cancels, "{plan}");
     assert_eq!(snapshot(&dir.0), before, "a dry run changes nothing");
 
     let backup = dir.0.join("saved");
@@ -229,7 +233,7 @@ fn damage_in_the_middle_is_cut_with_a_backup_and_the_engine_reopens_with_the_job
     }
     assert!(saved.contains_key("REPAIR.txt") && saved.contains_key("jobs.txt"));
     let jobs = String::from_utf8(saved["jobs.txt"].clone()).unwrap();
-    assert_eq!(jobs.lines().count() as u64, after_damage);
+    assert_eq!(jobs.lines().count() as u64, cancels);
     // The cut segment keeps its bytes before the cut; the later segments are gone.
     let now = snapshot(&dir.0);
     assert_eq!(now[middle][..8192], before[middle][..8192]);
@@ -255,23 +259,32 @@ fn a_cut_between_two_records_of_one_commit_keeps_the_records_before_it() {
     let records = dump(&dir.0);
     let before = snapshot(&dir.0);
 
+    // The first block (at 4096) holds the open's `Opened` alone (32 bytes, synced at the
+    // open); the first batch starts on the next page.
     let (code, v, _) = repair(&dir.0, "1:4100", &["--yes"]);
     assert_eq!(code, Some(1), "{v}");
     assert_eq!(v["refusal"], "not_a_boundary", "{v}");
-    assert_eq!(v["boundary_before"], 4096);
+    assert_eq!(
+        (v["boundary_before"].as_u64(), v["boundary_after"].as_u64()),
+        (Some(4096), Some(4128)),
+        "{v}"
+    );
+    let (code, v, _) = repair(&dir.0, "1:8196", &["--yes"]);
+    assert_eq!(code, Some(1), "{v}");
+    assert_eq!(v["boundary_before"], 8192);
     let next = v["boundary_after"].as_u64().unwrap();
-    assert!(next > 4100, "{v}");
+    assert!(next > 8196, "{v}");
     assert_eq!(snapshot(&dir.0), before, "refused: nothing changed");
 
     // The second record after that (a schedule in the middle of the batch's first block).
     let (code, v, _) = repair(&dir.0, &format!("1:{next}"), &[]);
     assert_eq!(code, Some(0), "{v}");
     let cut = v["cut"]["first_lsn_cut"].as_u64().unwrap();
-    assert_eq!(cut, 2, "{v}");
+    assert_eq!(cut, 3, "{v}");
     let (code, v, _) = repair(&dir.0, &format!("1:{}", next + 168), &["--yes"]);
     assert_eq!(code, Some(0), "{v}");
     let cut = v["cut"]["first_lsn_cut"].as_u64().unwrap();
-    assert_eq!(cut, 3, "{v}");
+    assert_eq!(cut, 4, "{v}");
     assert_eq!(v["cut"]["unreadable"], serde_json::json!([]));
     assert_eq!(
         v["verify_after"]["healthy"], true,
@@ -294,7 +307,10 @@ fn cutting_every_record_reserves_the_ids_they_handed_out() {
     let ids = fill(&engine);
     engine.close().unwrap();
     let records = dump(&dir.0);
-    assert_eq!(records[0].1, "reserve_ids");
+    assert_eq!(
+        (records[0].1.as_str(), records[1].1.as_str()),
+        ("opened", "reserve_ids")
+    );
 
     let (code, v, _) = repair(&dir.0, "1:0", &["--yes"]);
     assert_eq!(code, Some(1), "{v}");

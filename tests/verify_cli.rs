@@ -107,10 +107,11 @@ fn damage_is_named_and_exits_1_and_a_running_engine_exits_2() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("in use by a running engine"));
     engine.close().unwrap();
 
-    // One flipped bit in the first record of the first segment: the mirror holds it.
+    // One flipped bit in the first record of the first segment (the open's `Opened`, 32
+    // bytes with its framing): the mirror holds it.
     let first = dir.0.join(timewheel_wal::segment_file_name(1));
     let mut bytes = std::fs::read(&first).unwrap();
-    bytes[4096 + 40] ^= 0x10;
+    bytes[4096 + 26] ^= 0x10;
     std::fs::write(&first, &bytes).unwrap();
     let before = snapshot(&dir.0);
     let out = run(&["verify", "--json"], &dir.0);

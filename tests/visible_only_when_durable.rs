@@ -1,8 +1,8 @@
 //! Nothing is visible before it is durable, and nothing handed out is handed out again:
 //! a job whose schedule failed to sync never fires nor can be claimed; ids handed out by a
-//! schedule whose records a crash then cut are never given to another job; and a claim is
-//! durable before the worker has it, so its attempt (the fencing token) is never repeated
-//! after a crash.
+//! schedule whose records a crash then cut are never given to another job; and the attempt
+//! a worker held (the fencing token) is never repeated after a crash, though claims are handed
+//! out before their sync (`tests/claims_off_the_sync_path.rs` has the rules).
 
 mod common;
 
@@ -89,8 +89,8 @@ fn the_attempt_a_worker_held_is_never_handed_out_again_after_a_crash() {
             claimed.attempt
         );
         seen.push(claimed.attempt);
-        // A crash that keeps nothing unsynced: the claim survives only if it was synced
-        // before the worker got it.
+        // A crash that keeps nothing unsynced: the claim, handed out before its sync, is cut;
+        // the next run skips the number it may have used.
         engine.abandon();
         disk = disk.crash(&CrashOptions::clean());
     }

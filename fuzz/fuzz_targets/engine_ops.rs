@@ -5,8 +5,9 @@
 //! expired leases and the ready jobs nobody claimed in time (none early, none cancelled or
 //! finished, none before its commit); counts per state, finished and fired and the ready
 //! channel's depth match after every step; after every reopen and crash the acknowledged jobs
-//! are back with their due times, payloads and exactly the attempt of their last claim (claims
-//! are durable before the worker gets them), missed and interrupted ones queued in due order,
+//! are back with their due times, payloads and the attempt of their last durable claim, the
+//! next claim's attempt the model's (one number skipped per crash a waiting job lived through)
+//! and never one handed out before, missed and interrupted ones queued in due order,
 //! nothing visible before it is durable (`schedule_batch_nowait` jobs appear only at `commit`;
 //! uncommitted ones may vanish), and ids are never reused. The disk is healthy here: every
 //! engine call must succeed, so the model is exact (its uncertainty is only that of an

@@ -15,9 +15,10 @@
 //! What the futures do besides waiting (check, append, apply) is what the blocking calls do, and
 //! takes the same short locks. A future dropped while it waits leaves no hole: a change was
 //! applied before the wait; a schedule's batch goes back to the engine (`Pending`'s `Drop`),
-//! which makes it visible once durable (after the sync the durability thread leads for it);
-//! jobs a dropped take had claimed go back at once (their attempts end without a failure, and
-//! they fire again with the next attempt). A call naming a job kept on disk beyond the horizon reads its
+//! which makes it visible once durable (after the sync the durability thread leads for it); a
+//! take does not wait once it has claimed (claims are handed out before their sync), and jobs
+//! a dropped stream had claimed and not yielded go back at once (their attempts end without a
+//! failure, and they fire again with the next attempt). A call naming a job kept on disk beyond the horizon reads its
 //! bucket file first, in the calling task, as the blocking call does.
 //!
 //! The crate docs carry the example.
@@ -313,14 +314,13 @@ impl Engine {
     }
 
     /// [`next`](Engine::next), as a future with no timeout (wrap it in your runtime's timeout):
-    /// the next fired job, claimed and durable. `None` once a drain or shutdown ended the
-    /// ready stream.
+    /// the next fired job, claimed. `None` once a drain or shutdown ended the ready stream.
     pub async fn next_async(&self) -> Result<Option<Claimed>> {
         Ok(self.claim_next_async(1).await?.pop())
     }
 
     /// [`claim_next`](Engine::claim_next), as a future with no timeout: up to `max` fired jobs
-    /// claimed with one append and one sync. Empty once the ready stream ended.
+    /// claimed with one append. Empty once the ready stream ended.
     pub async fn claim_next_async(&self, max: usize) -> Result<Vec<Claimed>> {
         loop {
             let ids = TakeIds {
@@ -331,14 +331,9 @@ impl Engine {
             if ids.is_empty() {
                 return Ok(Vec::new());
             }
-            let (claimed, lsn) = self.shared.claim_batch_nowait(&ids)?;
-            // Dropped while it waits (or failed), the claims go back: nobody got them.
-            let mut held = HandBack {
-                shared: &self.shared,
-                claimed: claimed.into_iter().flatten().collect(),
-            };
-            self.acknowledged(lsn).await?;
-            let claimed = std::mem::take(&mut held.claimed);
+            // Claims are handed out without waiting for a sync (see `Engine::claim`).
+            let (claimed, _) = self.shared.claim_batch_nowait(&ids)?;
+            let claimed: Vec<Claimed> = claimed.into_iter().flatten().collect();
             if !claimed.is_empty() {
                 return Ok(claimed);
             }
@@ -347,7 +342,7 @@ impl Engine {
     }
 
     /// The fired jobs as a [`Stream`](futures_core::Stream) of claimed jobs, taken up to
-    /// `batch` at a time (one append and one sync per batch); it ends once a drain or shutdown
+    /// `batch` at a time (one append per batch); it ends once a drain or shutdown
     /// ended the ready stream.
     pub fn claimed_stream(&self, batch: usize) -> ClaimedStream<'_> {
         ClaimedStream {
@@ -359,11 +354,11 @@ impl Engine {
     }
 }
 
-/// Claims made for a take that has not returned them yet. Dropped with any left (the take's
-/// future was dropped while it waited for their sync, or the sync failed), it ends their
-/// attempts at once, without a failure, so that the jobs fire again now with the next attempt
-/// instead of when their leases run out. Nothing is waited for: the records share the next
-/// sync, and if they are lost (a failed sync, a crash) the leases still run out as before.
+/// Claimed jobs nobody will get (a stream dropped with some it took in a batch and did not
+/// yield). Dropped, it ends their attempts at once, without a failure, so that the jobs fire
+/// again now with the next attempt instead of when their leases run out. Nothing is waited
+/// for: the records share the next sync, and if they are lost (a failed sync, a crash) the
+/// leases still run out as before.
 struct HandBack<'a> {
     shared: &'a Shared,
     claimed: Vec<Claimed>,

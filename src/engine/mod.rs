@@ -160,7 +160,7 @@ impl Engine {
     pub fn open_with_clock(config: Config, clock: Arc<dyn Clock>) -> Result<Self> {
         config.validate()?;
         let storage = MmapStorage::open_dir(&config.dir)?;
-        Self::open_erased(ErasedStorage::new(storage), config, clock)
+        Self::open_erased(ErasedStorage::new(storage), config, clock, true)
     }
 
     /// Opens the engine on any storage (the fault-injecting one in tests and the simulation).
@@ -171,7 +171,7 @@ impl Engine {
         config: Config,
         clock: Arc<dyn Clock>,
     ) -> Result<Self> {
-        Self::open_erased(ErasedStorage::new(storage), config, clock)
+        Self::open_erased(ErasedStorage::new(storage), config, clock, true)
     }
 
     /// Opens the directory read in place ([`timewheel_wal::storage::readonly`]): the whole
@@ -180,10 +180,20 @@ impl Engine {
     pub(crate) fn open_read_only(mut config: Config) -> Result<Self> {
         config.timer_thread = false;
         let storage = timewheel_wal::storage::readonly::ReadOnlyStorage::open_dir(&config.dir)?;
-        Self::open_erased(ErasedStorage::new(storage), config, Arc::new(SystemClock))
+        Self::open_erased(
+            ErasedStorage::new(storage),
+            config,
+            Arc::new(SystemClock),
+            false,
+        )
     }
 
-    fn open_erased(storage: ErasedStorage, config: Config, clock: Arc<dyn Clock>) -> Result<Self> {
+    fn open_erased(
+        storage: ErasedStorage,
+        config: Config,
+        clock: Arc<dyn Clock>,
+        writes: bool,
+    ) -> Result<Self> {
         let span = tracing::info_span!("timewheel_open", dir = %config.dir.display());
         let _entered = span.enter();
         config.validate()?;
@@ -231,9 +241,13 @@ impl Engine {
             no_space: Mutex::new(None),
             orphans: Mutex::new(Vec::new()),
             has_orphans: AtomicBool::new(false),
+
             #[cfg(feature = "async")]
             wakers: asynch::Wakers::default(),
         });
+        if writes {
+            shared.opened()?;
+        }
         let weak = Arc::downgrade(&shared);
         shared.clock.on_advance(Arc::new(move || {
             let Some(s) = weak.upgrade() else {
@@ -893,13 +907,30 @@ impl Engine {
     /// engine is dropped. To let workers finish first, use [`Engine::drain`].
     pub fn shutdown(&self) -> Result<()> {
         let sh = &*self.shared;
-        sh.closed.store(true, Ordering::Release);
+        let first = !sh.closed.swap(true, Ordering::AcqRel);
         self.stop_timer();
         self.stop_compactor();
         #[cfg(feature = "async")]
         sh.wakers.stop();
         if sh.wal.is_poisoned() {
             return Err(Error::Poisoned);
+        }
+        if first {
+            // The run's last record: the next open finds that it closed cleanly (the sync
+            // below makes it durable with every claim before it). A call still in flight may
+            // append after it; the next open then counts this run as crashed, which only
+            // skips attempt numbers.
+            let crashes = sh.lock_state().crashes;
+            match sh.append_marker(&Event::Closed { crashes }) {
+                // A full disk: the next open counts this run as crashed, which only skips
+                // attempt numbers of the jobs that waited through it.
+                Err(Error::NoSpace { .. }) => {
+                    tracing::warn!("no room for the close's record: the next open counts a crash");
+                }
+                other => {
+                    other?;
+                }
+            }
         }
         // Syncs, and closes the log: whatever it writes on close is covered by this result.
         sh.wal.shutdown()?;
@@ -1043,6 +1074,7 @@ impl Shared {
             claimed: state.counters.claimed,
             redelivered: state.counters.redelivered,
             requeued: state.counters.requeued,
+            crashed_runs: u64::from(state.crashes),
             scheduled_overdue: u64::from(state.due.next_due().is_some_and(|d| d < now_ms)),
             lateness_us: &state.lateness_us,
             claim_wait_us: &state.claim_wait_us,
@@ -1337,6 +1369,41 @@ impl Shared {
     /// replay will read it) under the lock again. The jobs the plan changes are marked busy
     /// meanwhile, so no other call plans a change of them. Nothing is applied when the append
     /// fails.
+    /// Appends the `Opened` record of this run and makes it durable, before any claim: from
+    /// it the log tells whether this run closed cleanly (see [`crate::record`]).
+    fn opened(&self) -> Result<()> {
+        let crashes = {
+            let state = self.lock_state();
+            state.crashes + u32::from(!state.clean)
+        };
+        let opened = Event::Opened { crashes };
+        let lsn = match self.append_marker(&opened) {
+            // A full disk: the ballast file is there to be given up for what must be written.
+            Err(Error::NoSpace { .. }) if crate::store::release_ballast(self.wal.storage())? => {
+                lock(&self.store).totals.ballast_released += 1;
+                tracing::warn!("the disk is full: gave up the ballast for the open's record");
+                self.append_marker(&opened)?
+            }
+            appended => appended?,
+        };
+        self.wait_acknowledged(lsn)?;
+        if crashes > 0 {
+            tracing::info!(
+                crashes,
+                "runs of this engine that ended without a clean close"
+            );
+        }
+        Ok(())
+    }
+
+    /// Appends a record about no job (`Opened`, `Closed`) and applies it.
+    fn append_marker(&self, event: &Event<'_>) -> Result<Lsn> {
+        let mut plan = worker::Plan::default();
+        plan.push(event);
+        let (appended, _state) = self.append_apply(self.lock_state(), &plan, &[]);
+        appended
+    }
+
     fn append_apply<'a>(
         &'a self,
         mut state: MutexGuard<'a, State>,

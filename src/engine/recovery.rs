@@ -68,6 +68,9 @@ pub(super) fn replay<S: Storage>(
         }
     }
     let mut restored = 0u64;
+    state.crashes = manifest.crashes;
+    // Before the first record of a directory, no run came before: it counts as clean.
+    state.clean = manifest.clean || manifest.covered_lsn == 0;
     state.non_resident = manifest
         .buckets
         .range(far_from..)

@@ -84,6 +84,34 @@ pub(crate) struct State {
     pub keys: KeyIndex,
     /// Per-tenant queues feeding the ready channel round-robin (`Config::fair_tenants`).
     pub fair: Option<super::fair::Fair>,
+    /// Runs of the engine that ended without a clean close, as the log counts them (see
+    /// [`crate::record`]'s `Opened`).
+    pub crashes: u32,
+    /// The last record applied is a `Closed` (or none was, in an empty directory): the run
+    /// before the next `Opened` closed cleanly.
+    pub clean: bool,
+}
+
+/// The attempt number of `job`'s next claim, once `crashes` runs of the engine crashed. A
+/// claim is handed out before it is durable, so a crash may cut one that a worker saw; the
+/// rules that keep the number unique (see [`crate::record`]):
+/// - no job has two claims unsynced at once, and a job whose lease the log holds open is
+///   claimed again only durably: such a job's next attempt is its last + 1 (a job interrupted
+///   by a crash is delivered again with attempt + 1);
+/// - any other job (waiting) may have had one claim cut by each crash since the record that
+///   last set its count ([`Event::sets_crashes_seen`]): its next attempt is its last + 1 +
+///   those crashes.
+///
+/// `None` past `u32::MAX`.
+pub(crate) fn next_attempt(job: &Job, crashes: u32) -> Option<u32> {
+    let cut = if job.lease_open {
+        0
+    } else {
+        crashes
+            .checked_sub(job.crashes_seen)
+            .expect("a job sees no crash before it happened")
+    };
+    job.attempt.checked_add(1)?.checked_add(cut)
 }
 
 /// Index of a state in `State::in_state`.
@@ -148,6 +176,8 @@ impl State {
             dead: BTreeMap::new(),
             keys: KeyIndex::default(),
             fair: None,
+            crashes: 0,
+            clean: true,
         }
     }
 
@@ -191,9 +221,39 @@ impl State {
         mode: Mode,
         taken: Option<TakenKey>,
     ) -> Result<(), &'static str> {
+        self.change(event, mode, taken)?;
+        self.clean = matches!(event, Event::Closed { .. });
+        if event.sets_crashes_seen()
+            && let Some(id) = event.id()
+            && let Some(job) = self.jobs.get_mut(&id)
+        {
+            job.crashes_seen = self.crashes;
+        }
+        Ok(())
+    }
+
+    fn change(
+        &mut self,
+        event: &Event<'_>,
+        mode: Mode,
+        taken: Option<TakenKey>,
+    ) -> Result<(), &'static str> {
         let live = mode == Mode::Live;
         match *event {
             Event::ReserveIds { .. } => Ok(()),
+            Event::Opened { crashes } => {
+                if Some(crashes) != self.crashes.checked_add(u32::from(!self.clean)) {
+                    return Err("an open counts other crashes than the log");
+                }
+                self.crashes = crashes;
+                Ok(())
+            }
+            Event::Closed { crashes } => {
+                if crashes != self.crashes {
+                    return Err("a close counts other crashes than the log");
+                }
+                Ok(())
+            }
             Event::Schedule(ref s) => {
                 if self.jobs.contains_key(&s.id) || self.dead.contains_key(&s.id) {
                     return Err("job scheduled twice");
@@ -311,10 +371,11 @@ impl State {
                 if job.lease_open {
                     return Err("claim of a job whose lease did not expire");
                 }
-                if job.attempt.checked_add(1) != Some(attempt) {
-                    return Err("claim attempt is not the previous one + 1");
+                if next_attempt(job, self.crashes) != Some(attempt) {
+                    return Err("claim attempt is not the previous one + 1 + the crashes since");
                 }
                 job.attempt = attempt;
+                job.crashes_seen = self.crashes;
                 job.lease_open = true;
                 if !live {
                     job.state = JobState::Running;
@@ -630,6 +691,7 @@ impl State {
         }
         let entry = self.jobs.get_mut(&job.id).expect("inserted");
         entry.attempt = job.attempt;
+        entry.crashes_seen = job.crashes_seen;
         entry.failures = job.failures;
         if job.leased {
             // Replay's `Running` means leased in the log.
@@ -858,6 +920,7 @@ impl State {
             Job {
                 due_ms,
                 attempt: 0,
+                crashes_seen: self.crashes,
                 failures: 0,
                 state: JobState::Scheduled,
                 lease_open: false,

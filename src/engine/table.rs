@@ -13,6 +13,10 @@ pub(crate) struct Job {
     pub due_ms: u64,
     /// Deliveries so far: the attempt of the newest claim (0 before the first).
     pub attempt: u32,
+    /// `State::crashes` at the job's newest record that sets it
+    /// ([`crate::record::Event::sets_crashes_seen`]): while it waits, each crash since may
+    /// have cut one claim of it, which spent a number (`state::next_attempt`).
+    pub crashes_seen: u32,
     /// Failed attempts (a retryable fail, a lease that ran out), counted against the job's
     /// `max_attempts`.
     pub failures: u32,

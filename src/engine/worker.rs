@@ -1,9 +1,12 @@
 //! The worker's side: take fired jobs (claim, with a lease), then complete or fail them.
 //!
-//! A claim is durable before the worker gets it, so its attempt number (the fencing token) is
-//! never handed out twice for one job, also across crashes: after a crash the next claim gets
-//! the durable attempt + 1. Claims made together share one sync (`claim_batch`,
-//! `claim_next`).
+//! A claim is handed to the worker as soon as its record is appended, without waiting for a
+//! sync: the time from due to the worker is the engine's, not the disk's. Its attempt number
+//! (the fencing token) is still never handed out twice for one job, also across crashes: a
+//! job is not claimed again while its newest record is not durable (so at most one of its
+//! claims is ever unsynced), and after a run that crashed its next attempt skips the one a
+//! cut claim may have used (the `Opened` records, [`crate::record`]). The worker's complete or
+//! fail is durable when it returns, and with it the claim.
 
 use std::time::{Duration, Instant};
 use timewheel_wal::Lsn;
@@ -67,8 +70,7 @@ impl Engine {
     }
 
     /// Waits up to `timeout` for fired jobs and claims up to `max` of them with one log
-    /// append and one sync (fetch-and-lock). Empty when nothing fired in time or the stream
-    /// ended.
+    /// append (fetch-and-lock). Empty when nothing fired in time or the stream ended.
     pub fn claim_next(&self, max: usize, timeout: Duration) -> Result<Vec<Claimed>> {
         let sh = &*self.shared;
         let deadline = Instant::now() + timeout;
@@ -101,19 +103,17 @@ impl Engine {
 
     /// Claims a fired job: re-reads its state and leases it to the caller for
     /// `Config::lease_ms`. `None` when the job was cancelled, rescheduled, claimed or finished
-    /// after its id was queued. The claim is durable when this returns.
+    /// after its id was queued. It returns without waiting for a sync (see the module docs:
+    /// the attempt is unique all the same); the complete or fail that ends the attempt is
+    /// durable when it returns, and with it the claim.
     pub fn claim(&self, id: JobId) -> Result<Option<Claimed>> {
         Ok(self.claim_batch(&[id])?.pop().flatten())
     }
 
-    /// Claims many fired jobs with one log append and one sync; for each id, what
-    /// [`Engine::claim`] would return.
+    /// Claims many fired jobs with one log append; for each id, what [`Engine::claim`] would
+    /// return.
     pub fn claim_batch(&self, ids: &[JobId]) -> Result<Vec<Option<Claimed>>> {
-        let (claimed, lsn) = self.shared.claim_batch_nowait(ids)?;
-        if let Some(lsn) = lsn {
-            self.shared.wait_acknowledged(lsn)?;
-        }
-        Ok(claimed)
+        Ok(self.shared.claim_batch_nowait(ids)?.0)
     }
 
     /// Completes a claimed job, durably. Returns `false` when the claim is no longer the
@@ -175,21 +175,13 @@ impl Engine {
             }
         }
         if !ids.is_empty() {
-            let (claimed, claims) = match sh.claim_batch_nowait(&ids) {
-                Ok(c) => c,
-                Err(e) => {
-                    // The completions are still owed their durability.
-                    if let Some(lsn) = completed {
-                        sh.wait_acknowledged(lsn)?;
-                    }
-                    return Err(e);
-                }
-            };
-            // The claims are appended after the completions: one sync covers both.
-            if let Some(lsn) = claims.or(completed) {
+            let claimed = sh.claim_batch_nowait(&ids);
+            // The completions are owed their durability, claims or not; the sync also takes
+            // the claims appended after them along.
+            if let Some(lsn) = completed {
                 sh.wait_acknowledged(lsn)?;
             }
-            let claimed: Vec<Claimed> = claimed.into_iter().flatten().collect();
+            let claimed: Vec<Claimed> = claimed?.0.into_iter().flatten().collect();
             if !claimed.is_empty() {
                 return Ok(claimed);
             }
@@ -400,8 +392,11 @@ impl Engine {
 }
 
 impl Shared {
-    /// Claims like [`Engine::claim_batch`], without waiting: also returns the LSN that must be
-    /// acknowledged (durable) before the claims may be handed out.
+    /// Claims like [`Engine::claim_batch`]; also returns the LSN of the last record appended.
+    /// A job whose newest record is not durable yet (its last claim, a pipelined reschedule)
+    /// is claimed only after a sync has covered it: no job has two claims unsynced at once. A
+    /// job whose lease ran out (the log holds it open) is claimed durably: this waits for the
+    /// sync then (`state::next_attempt` says why).
     pub(crate) fn claim_batch_nowait(
         &self,
         ids: &[JobId],
@@ -411,6 +406,14 @@ impl Shared {
         let mut seen = IdSet::with_capacity_and_hasher(ids.len(), Default::default());
         let mut claimed = Vec::with_capacity(ids.len());
         let mut last_lsn = None;
+        // Jobs to claim after a sync, by their place in `ids`, and the LSN it must cover.
+        let mut deferred: Vec<(usize, JobId)> = Vec::new();
+        let mut covers = 0;
+        // A claim of a job whose lease the log holds open (it ran out) is durable before it
+        // is handed out: its number is then never skipped after a crash (`next_attempt`). So
+        // is whatever else a claim writes (a burial, a recurring job's skipped occurrence):
+        // only plain claims of waiting jobs are handed out unsynced.
+        let mut must_sync = false;
         // A bounded number per hold of the state lock, so the timer thread gets it in between.
         for chunk in ids.chunks(LOCK_HOLD_ITEMS_MAX) {
             let mut plan = Plan::default();
@@ -430,6 +433,14 @@ impl Shared {
                         continue;
                     }
                 };
+                if job.lsn > 0 && !sh.acknowledged_through(job.lsn) {
+                    deferred.push((claimed.len() + ready_at.len(), id));
+                    covers = covers.max(job.lsn);
+                    ready_at.push(None);
+                    continue;
+                }
+                let attempt = super::state::next_attempt(job, state.crashes)
+                    .expect("fewer than 2^32 attempts of a job");
                 // The lease ran out on the last attempt the job's policy allows: that failure
                 // makes it dead instead of delivered again.
                 if job.lease_open
@@ -454,6 +465,7 @@ impl Shared {
                     ready_at.push(None);
                     marked.push(id);
                     unclaimed.push(id);
+                    must_sync = true;
                     continue;
                 }
                 // A recurring job's occurrence found too late, whose policy skips misfires.
@@ -472,6 +484,7 @@ impl Shared {
                     ready_at.push(None);
                     marked.push(id);
                     unclaimed.push(id);
+                    must_sync = true;
                     continue;
                 }
                 if job.lease_open {
@@ -479,10 +492,11 @@ impl Shared {
                         id,
                         attempt: job.attempt,
                     });
+                    must_sync = true;
                 }
                 plan.push(&Event::Claim {
                     id,
-                    attempt: job.attempt + 1,
+                    attempt,
                     lease_until_ms,
                 });
                 ready_at.push(Some(job.at_ms));
@@ -509,6 +523,18 @@ impl Shared {
                     .zip(&ready_at)
                     .map(|(&id, at)| at.map(|at| state.claimed(id, at))),
             );
+        }
+        if must_sync && let Some(lsn) = last_lsn {
+            sh.wait_acknowledged(lsn)?;
+        }
+        if !deferred.is_empty() {
+            sh.wait_acknowledged(covers)?;
+            let again: Vec<JobId> = deferred.iter().map(|&(_, id)| id).collect();
+            let (got, lsn) = sh.claim_batch_nowait(&again)?;
+            for ((at, _), c) in deferred.into_iter().zip(got) {
+                claimed[at] = c;
+            }
+            last_lsn = lsn.or(last_lsn);
         }
         Ok((claimed, last_lsn))
     }

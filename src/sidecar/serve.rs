@@ -668,7 +668,7 @@ impl<W: Write + Send> Server<'_, W> {
                     Err(_) => return,
                 },
             }
-            // Whatever else fired meanwhile shares this claim's sync.
+            // Whatever else fired meanwhile shares this claim's append.
             ids.extend(ready.try_iter().take(DELIVER_BATCH_MAX - 1));
             let claimed: Vec<Claimed> = match self.engine.claim_batch(&ids) {
                 // None: cancelled or rescheduled after it fired, nothing to deliver.

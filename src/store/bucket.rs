@@ -12,17 +12,17 @@
 //!
 //! ```text
 //! header (64 bytes)
-//!   0 magic "TWBUCKET" | 8 version u32 = 1 | 12 header_bytes u32 = 64 | 16 bucket u64
+//!   0 magic "TWBUCKET" | 8 version u32 = 2 | 12 header_bytes u32 = 64 | 16 bucket u64
 //!   | 24 generation u64 | 32 covered_lsn u64 | 40 records u64 | 48 body_bytes u64
-//!   | 56 header_crc u32 (crc32 of bytes 0..56) | 60 reserved u32 = 0
+//!   | 56 header_crc u32 (crc32 of bytes 0..56 then 60..64) | 60 crashes u32
 //! records, from offset 64, each padded with zeros to a multiple of 8 bytes
 //!   len u32 (of the body) | crc u32 (of the bytes from kind to the end of the body)
 //!   | kind u8 | flags u8 = 0 | reserved u16 = 0 | body
 //! kind 1  Put     id u64 | due_ms u64 | created_ms u64 | tenant u32 | shard u16 | flags u16
-//!                 | max_attempts u32 | attempt u32 | leased u8 | reserved [u8; 3]
+//!                 | max_attempts u32 | attempt u32 | leased u8 | crashes_behind u24
 //!                 | payload_len u32 | payload ...
-//! kind 2  Patch   id u64 | due_ms u64 | attempt u32 | set u8 (1: due, 2: attempt and lease)
-//!                 | leased u8 | reserved u16
+//! kind 2  Patch   id u64 | due_ms u64 | attempt u32 | set u8 (1: due, 2: attempt and lease,
+//!                 4: crashes) | leased u8 | crashes_behind u16
 //! kind 3  Delete  id u64
 //! kind 4  Put2    the 48 bytes of a Put before payload_len's end, then
 //!                 failures u32 | fate u8 (1: dead, 2: expired, 4: backoff, 8: error, 16: key,
@@ -34,6 +34,15 @@
 //!                 8: error set) | reserved [u8; 3] | died_at_ms u64 | error_len u32
 //!                 | reserved u32 | error (UTF-8) ...
 //! ```
+//!
+//! `crashes` is the count of runs of the engine that crashed, as of `covered_lsn` (the
+//! `Opened` records, see [`crate::record`]); a job's `crashes_behind` is how many of them came
+//! after its attempt was
+//! last set (its schedule, claim or requeue), so that its next claim skips the numbers a crash
+//! may have cut. The largest value of the field (`0xFFFFFF`, `0xFFFF`) stands for "any number
+//! of them": the job counts every crash of the run's `crashes`, which may skip numbers but
+//! never hands one out twice. Version 1 runs (no crash count; the header checksum covers bytes
+//! 0..56 only, and bytes 60..64 are zero) are read as `crashes` 0.
 //!
 //! All integers are little-endian. Reserved fields are zero and read as zero. A job with
 //! nothing of the lifecycle (no failures, not dead, no backoff of its own) is written as a
@@ -48,7 +57,11 @@ use crate::record::{put_u64, u16_at, u32_at, u64_at};
 /// The magic at the start of every run file.
 pub const RUN_MAGIC: [u8; 8] = *b"TWBUCKET";
 /// The run format version this engine writes and reads.
-pub const RUN_VERSION: u32 = 1;
+pub const RUN_VERSION: u32 = 2;
+/// `crashes_behind` of a `Put` standing for "all of the run's crashes".
+const PUT_CRASHES_ALL: u32 = 0xFF_FFFF;
+/// `crashes_behind` of a `Patch` standing for "all of the run's crashes".
+const PATCH_CRASHES_ALL: u32 = 0xFFFF;
 /// Bytes of a run's header.
 pub const RUN_HEADER_BYTES: usize = 64;
 const RECORD_HEADER_BYTES: usize = 12;
@@ -74,6 +87,7 @@ const FATE2_EXPIRED: u8 = 4;
 const FATE2_ERROR: u8 = 8;
 const PATCH_DUE: u8 = 1;
 const PATCH_LEASE: u8 = 2;
+const PATCH_CRASHES: u8 = 4;
 
 /// A job as the store keeps it: its schedule, and where its delivery stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +110,9 @@ pub struct StoredJob {
     pub attempt: u32,
     /// The newest claim's lease is open in the log (no expiry after it): the job was running.
     pub leased: bool,
+    /// Runs of the engine that had crashed when `attempt` was last set (its schedule, claim or
+    /// requeue).
+    pub crashes_seen: u32,
     /// Failed attempts counted against `max_attempts`.
     pub failures: u32,
     /// Dead (in the dead-letter set): `(died_at_ms, its last lease ran out)`.
@@ -160,6 +177,8 @@ pub struct Patch {
     pub due_ms: Option<u64>,
     /// Its newest attempt and whether that lease is open, if it was claimed or expired.
     pub lease: Option<(u32, bool)>,
+    /// Its `crashes_seen`, if a claim or a requeue set it.
+    pub crashes_seen: Option<u32>,
     /// Its failures, if any were counted, reset or the job died or came back.
     pub fate: Option<Fate>,
 }
@@ -173,6 +192,9 @@ impl Patch {
         if let Some((attempt, leased)) = self.lease {
             job.attempt = attempt;
             job.leased = leased;
+        }
+        if let Some(crashes) = self.crashes_seen {
+            job.crashes_seen = crashes;
         }
         if let Some(f) = &self.fate {
             f.apply(job);
@@ -215,6 +237,8 @@ pub struct RunHeader {
     pub records: u64,
     /// Bytes of records after the header.
     pub body_bytes: u64,
+    /// Runs of the engine that had crashed, as of `covered_lsn`.
+    pub crashes: u32,
 }
 
 /// Why a run did not decode: where, and what was wrong.
@@ -276,7 +300,20 @@ pub const PATCH_RECORD_BYTES: u64 = ((RECORD_HEADER_BYTES + PATCH_BYTES).div_cei
 pub const DELETE_RECORD_BYTES: u64 = ((RECORD_HEADER_BYTES + 8).div_ceil(8) * 8) as u64;
 
 /// Encodes a whole run file.
-pub fn encode_run(bucket: u64, generation: u64, covered_lsn: u64, entries: &[Entry]) -> Vec<u8> {
+pub fn encode_run(
+    bucket: u64,
+    generation: u64,
+    covered_lsn: u64,
+    crashes: u32,
+    entries: &[Entry],
+) -> Vec<u8> {
+    // How many of the run's crashes came after `seen`, or `all` for "every one".
+    let behind = |seen: u32, all: u32| {
+        let behind = crashes
+            .checked_sub(seen)
+            .expect("a job sees no crash after its run's");
+        behind.min(all)
+    };
     let mut body = Vec::new();
     let mut scratch = Vec::new();
     for entry in entries {
@@ -291,7 +328,9 @@ pub fn encode_run(bucket: u64, generation: u64, covered_lsn: u64, entries: &[Ent
                 scratch.extend_from_slice(&j.flags.to_le_bytes());
                 scratch.extend_from_slice(&j.max_attempts.to_le_bytes());
                 scratch.extend_from_slice(&j.attempt.to_le_bytes());
-                scratch.extend_from_slice(&[u8::from(j.leased), 0, 0, 0]);
+                let behind = behind(j.crashes_seen, PUT_CRASHES_ALL);
+                scratch.push(u8::from(j.leased));
+                scratch.extend_from_slice(&behind.to_le_bytes()[..3]);
                 let len = u32::try_from(j.payload.len()).expect("payload length checked");
                 scratch.extend_from_slice(&len.to_le_bytes());
                 debug_assert_eq!(scratch.len(), PUT_FIXED_BYTES);
@@ -346,8 +385,17 @@ pub fn encode_run(bucket: u64, generation: u64, covered_lsn: u64, entries: &[Ent
                 let (attempt, leased) = p.lease.unwrap_or((0, false));
                 scratch.extend_from_slice(&attempt.to_le_bytes());
                 let set = if p.due_ms.is_some() { PATCH_DUE } else { 0 }
-                    | if p.lease.is_some() { PATCH_LEASE } else { 0 };
-                scratch.extend_from_slice(&[set, u8::from(leased), 0, 0]);
+                    | if p.lease.is_some() { PATCH_LEASE } else { 0 }
+                    | if p.crashes_seen.is_some() {
+                        PATCH_CRASHES
+                    } else {
+                        0
+                    };
+                let behind = p
+                    .crashes_seen
+                    .map_or(0, |seen| behind(seen, PATCH_CRASHES_ALL));
+                scratch.extend_from_slice(&[set, u8::from(leased)]);
+                scratch.extend_from_slice(&(behind as u16).to_le_bytes());
                 match &p.fate {
                     None => KIND_PATCH,
                     Some(f) => {
@@ -395,12 +443,29 @@ pub fn encode_run(bucket: u64, generation: u64, covered_lsn: u64, entries: &[Ent
     put_u64(&mut out, covered_lsn);
     put_u64(&mut out, entries.len() as u64);
     put_u64(&mut out, body.len() as u64);
-    let crc = crc32fast::hash(&out);
+    let crc = header_crc(&out, &crashes.to_le_bytes());
     out.extend_from_slice(&crc.to_le_bytes());
-    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&crashes.to_le_bytes());
     debug_assert_eq!(out.len(), RUN_HEADER_BYTES);
     out.extend_from_slice(&body);
     out
+}
+
+/// The checksum of a version 2 header: its first 56 bytes, then the crash count.
+fn header_crc(first: &[u8], crashes: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&first[..56]);
+    h.update(crashes);
+    h.finalize()
+}
+
+/// `crashes_seen` from a `crashes_behind` field of a run with `crashes` (`all`: every one).
+fn crashes_seen(crashes: u32, behind: u32, all: u32) -> Option<u32> {
+    if behind == all && crashes >= all {
+        Some(0)
+    } else {
+        crashes.checked_sub(behind)
+    }
 }
 
 /// Decodes a run's header. Never panics, whatever the bytes.
@@ -412,13 +477,16 @@ pub fn decode_run_header(bytes: &[u8]) -> Result<RunHeader, RunError> {
     if bytes[..8] != RUN_MAGIC {
         return err(0, "not a bucket run (bad magic)");
     }
-    if crc32fast::hash(&bytes[..56]) != u32_at(bytes, 56) {
+    let crc = match u32_at(bytes, 8) {
+        1 if u32_at(bytes, 60) == 0 => crc32fast::hash(&bytes[..56]),
+        RUN_VERSION => header_crc(bytes, &bytes[60..64]),
+        1 => return err(60, "version 1 run with a crash count"),
+        _ => return err(8, "unknown run format version"),
+    };
+    if crc != u32_at(bytes, 56) {
         return err(56, "run header checksum mismatch");
     }
-    if u32_at(bytes, 8) != RUN_VERSION {
-        return err(8, "unknown run format version");
-    }
-    if u32_at(bytes, 12) as usize != RUN_HEADER_BYTES || u32_at(bytes, 60) != 0 {
+    if u32_at(bytes, 12) as usize != RUN_HEADER_BYTES {
         return err(12, "unexpected run header layout");
     }
     let header = RunHeader {
@@ -427,6 +495,7 @@ pub fn decode_run_header(bytes: &[u8]) -> Result<RunHeader, RunError> {
         covered_lsn: u64_at(bytes, 32),
         records: u64_at(bytes, 40),
         body_bytes: u64_at(bytes, 48),
+        crashes: u32_at(bytes, 60),
     };
     if header.body_bytes != (bytes.len() - RUN_HEADER_BYTES) as u64 {
         return err(48, "run length does not match its header");
@@ -465,40 +534,28 @@ pub fn decode_run(bytes: &[u8]) -> Result<(RunHeader, Vec<Entry>), RunError> {
         }
         let body = &bytes[at + RECORD_HEADER_BYTES..end];
         let entry = match bytes[at + 8] {
-            KIND_PUT2 => Entry::Put(decode_put2(body).map_err(err)?),
-            KIND_PATCH2 => Entry::Patch(decode_patch2(body).map_err(err)?),
+            KIND_PUT2 => Entry::Put(decode_put2(body, header.crashes).map_err(err)?),
+            KIND_PATCH2 => Entry::Patch(decode_patch2(body, header.crashes).map_err(err)?),
             KIND_PUT => {
                 if body.len() < PUT_FIXED_BYTES
                     || body.len() - PUT_FIXED_BYTES != u32_at(body, 44) as usize
                 {
                     return Err(err("put record length does not match its payload"));
                 }
-                if body[40] > 1 || body[41..44] != [0, 0, 0] {
-                    return Err(err("put record has bad lease or reserved bytes"));
+                if body[40] > 1 {
+                    return Err(err("put record has a bad lease byte"));
                 }
-                Entry::Put(put_base(body, body[PUT_FIXED_BYTES..].to_vec()))
+                Entry::Put(
+                    put_base(body, header.crashes, body[PUT_FIXED_BYTES..].to_vec())
+                        .map_err(err)?,
+                )
             }
             KIND_PATCH => {
                 let set = body.get(20).copied().unwrap_or(0);
-                if body.len() != PATCH_BYTES
-                    || set == 0
-                    || set & !(PATCH_DUE | PATCH_LEASE) != 0
-                    || body[21] > 1
-                    || u16_at(body, 22) != 0
-                    // Fields the patch does not set are written as zero and must read so
-                    // (found by the store_decode fuzz target: decode then encode must give
-                    // the bytes back).
-                    || (set & PATCH_DUE == 0 && u64_at(body, 8) != 0)
-                    || (set & PATCH_LEASE == 0 && (u32_at(body, 16) != 0 || body[21] != 0))
-                {
+                if body.len() != PATCH_BYTES || set == 0 {
                     return Err(err("bad patch record"));
                 }
-                Entry::Patch(Patch {
-                    id: JobId(u64_at(body, 0)),
-                    due_ms: (set & PATCH_DUE != 0).then(|| u64_at(body, 8)),
-                    lease: (set & PATCH_LEASE != 0).then(|| (u32_at(body, 16), body[21] == 1)),
-                    fate: None,
-                })
+                Entry::Patch(patch_base(body, header.crashes, None).map_err(err)?)
             }
             KIND_DELETE if body.len() == 8 => Entry::Delete(JobId(u64_at(body, 0))),
             _ => return Err(err("unknown run record kind")),
@@ -515,10 +572,45 @@ pub fn decode_run(bytes: &[u8]) -> Result<(RunHeader, Vec<Entry>), RunError> {
     Ok((header, entries))
 }
 
+/// The fields a `Patch` and a `Patch2` share (their first 24 bytes), with `fate`. The caller
+/// has checked the length.
+fn patch_base(body: &[u8], crashes: u32, fate: Option<Fate>) -> Result<Patch, &'static str> {
+    let set = body[20];
+    let behind = u32::from(u16_at(body, 22));
+    if set & !(PATCH_DUE | PATCH_LEASE | PATCH_CRASHES) != 0
+        || body[21] > 1
+        // Fields the patch does not set are written as zero and must read so (found by the
+        // store_decode fuzz target: decode then encode must give the bytes back).
+        || (set & PATCH_DUE == 0 && u64_at(body, 8) != 0)
+        || (set & PATCH_LEASE == 0 && (u32_at(body, 16) != 0 || body[21] != 0))
+        || (set & PATCH_CRASHES == 0 && behind != 0)
+    {
+        return Err("bad patch record");
+    }
+    let crashes_seen = if set & PATCH_CRASHES != 0 {
+        Some(
+            crashes_seen(crashes, behind, PATCH_CRASHES_ALL)
+                .ok_or("patch behind more crashes than its run")?,
+        )
+    } else {
+        None
+    };
+    Ok(Patch {
+        id: JobId(u64_at(body, 0)),
+        due_ms: (set & PATCH_DUE != 0).then(|| u64_at(body, 8)),
+        lease: (set & PATCH_LEASE != 0).then(|| (u32_at(body, 16), body[21] == 1)),
+        crashes_seen,
+        fate,
+    })
+}
+
 /// The fields a `Put` and a `Put2` share (their first 48 bytes), with nothing of the
 /// lifecycle, and `payload`. The caller has checked the length and the lease byte.
-fn put_base(body: &[u8], payload: Vec<u8>) -> StoredJob {
-    StoredJob {
+fn put_base(body: &[u8], crashes: u32, payload: Vec<u8>) -> Result<StoredJob, &'static str> {
+    let behind = u32::from(body[41]) | u32::from(body[42]) << 8 | u32::from(body[43]) << 16;
+    let crashes_seen = crashes_seen(crashes, behind, PUT_CRASHES_ALL)
+        .ok_or("put behind more crashes than its run")?;
+    Ok(StoredJob {
         id: JobId(u64_at(body, 0)),
         due_ms: u64_at(body, 8),
         created_ms: u64_at(body, 16),
@@ -528,6 +620,7 @@ fn put_base(body: &[u8], payload: Vec<u8>) -> StoredJob {
         max_attempts: u32_at(body, 32),
         attempt: u32_at(body, 36),
         leased: body[40] == 1,
+        crashes_seen,
         failures: 0,
         dead: None,
         backoff: None,
@@ -535,10 +628,10 @@ fn put_base(body: &[u8], payload: Vec<u8>) -> StoredJob {
         key: None,
         recurring: None,
         payload,
-    }
+    })
 }
 
-fn decode_put2(body: &[u8]) -> Result<StoredJob, &'static str> {
+fn decode_put2(body: &[u8], crashes: u32) -> Result<StoredJob, &'static str> {
     if body.len() < PUT2_FIXED_BYTES {
         return Err("short put2 record");
     }
@@ -553,7 +646,6 @@ fn decode_put2(body: &[u8]) -> Result<StoredJob, &'static str> {
     }
     let fate = body[52];
     if body[40] > 1
-        || body[41..44] != [0, 0, 0]
         || body[53] != 0
         || fate
             & !(FATE_DEAD | FATE_EXPIRED | FATE_BACKOFF | FATE_ERROR | FATE_KEY | FATE_RECURRING)
@@ -576,7 +668,7 @@ fn decode_put2(body: &[u8]) -> Result<StoredJob, &'static str> {
         last_error: (fate & FATE_ERROR != 0).then(|| error.to_owned()),
         key: (fate & FATE_KEY != 0).then(|| body[key_at..key_at + key_len].to_vec()),
         recurring: (fate & FATE_RECURRING != 0).then(|| body[key_at + key_len..].to_vec()),
-        ..put_base(body, body[PUT2_FIXED_BYTES..error_at].to_vec())
+        ..put_base(body, crashes, body[PUT2_FIXED_BYTES..error_at].to_vec())?
     };
     if !job.has_fate()
         || (job.dead.is_none() && u64_at(body, 56) != 0)
@@ -588,41 +680,34 @@ fn decode_put2(body: &[u8]) -> Result<StoredJob, &'static str> {
     Ok(job)
 }
 
-fn decode_patch2(body: &[u8]) -> Result<Patch, &'static str> {
+fn decode_patch2(body: &[u8], crashes: u32) -> Result<Patch, &'static str> {
     if body.len() < PATCH2_FIXED_BYTES {
         return Err("short patch2 record");
     }
-    let set = body[20];
     let bits = body[28];
     let error_len = u32_at(body, 40) as usize;
     if body.len() - PATCH2_FIXED_BYTES != error_len
-        || set & !(PATCH_DUE | PATCH_LEASE) != 0
-        || body[21] > 1
-        || u16_at(body, 22) != 0
         || body[29..32] != [0, 0, 0]
         || u32_at(body, 44) != 0
         || bits & !(FATE_RESET | FATE2_DEAD | FATE2_EXPIRED | FATE2_ERROR) != 0
         || (bits & FATE2_EXPIRED != 0 && bits & FATE2_DEAD == 0)
         || (bits & FATE2_ERROR == 0 && error_len != 0)
         || (bits & FATE2_DEAD == 0 && u64_at(body, 32) != 0)
-        || (set & PATCH_DUE == 0 && u64_at(body, 8) != 0)
-        || (set & PATCH_LEASE == 0 && (u32_at(body, 16) != 0 || body[21] != 0))
     {
         return Err("bad patch2 record");
     }
     let error = std::str::from_utf8(&body[PATCH2_FIXED_BYTES..])
         .map_err(|_| "patch2 error is not UTF-8")?;
-    Ok(Patch {
-        id: JobId(u64_at(body, 0)),
-        due_ms: (set & PATCH_DUE != 0).then(|| u64_at(body, 8)),
-        lease: (set & PATCH_LEASE != 0).then(|| (u32_at(body, 16), body[21] == 1)),
-        fate: Some(Fate {
+    patch_base(
+        body,
+        crashes,
+        Some(Fate {
             reset: bits & FATE_RESET != 0,
             failures_add: u32_at(body, 24),
             dead: (bits & FATE2_DEAD != 0).then(|| (u64_at(body, 32), bits & FATE2_EXPIRED != 0)),
             error: (bits & FATE2_ERROR != 0).then(|| error.to_owned()),
         }),
-    })
+    )
 }
 
 /// Applies a run's entries to the jobs of the runs before it. Refuses (naming the job) an
@@ -671,6 +756,7 @@ mod tests {
             max_attempts: 0,
             attempt: 2,
             leased: true,
+            crashes_seen: 0,
             failures: 0,
             dead: None,
             backoff: None,
@@ -702,24 +788,25 @@ mod tests {
                 id: JobId(3),
                 due_ms: Some(9),
                 lease: None,
+                crashes_seen: None,
                 fate: None,
             }),
             Entry::Delete(JobId(4)),
         ];
-        let bytes = encode_run(5, 6, 8, &entries);
+        let bytes = encode_run(5, 6, 8, 0, &entries);
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         let expected = concat!(
             // header
             "54574255434b4554",
-            "01000000",
+            "02000000",
             "40000000",
             "0500000000000000",
             "0600000000000000",
             "0800000000000000",
             "0300000000000000",
             "8000000000000000",
-            "5384cab0",
-            "00000000",
+            "5344e15e",
+            "00000000", // crashes
             // put: len 50, crc, kind 1, body, 2 payload bytes, padded from 62 to 64
             "32000000",
             "3f600d3f",
@@ -762,20 +849,67 @@ mod tests {
                 covered_lsn: 8,
                 records: 3,
                 body_bytes: bytes.len() as u64 - 64,
+                crashes: 0,
             }
         );
         assert_eq!(decoded, entries);
     }
 
     #[test]
+    fn crash_counts_are_kept_relative_to_their_run() {
+        let big = PUT_CRASHES_ALL + 5;
+        let put = |id, seen| {
+            Entry::Put(StoredJob {
+                crashes_seen: seen,
+                ..job(id, 10, b"p")
+            })
+        };
+        let patch = |id, seen| {
+            Entry::Patch(Patch {
+                id: JobId(id),
+                due_ms: None,
+                lease: None,
+                crashes_seen: Some(seen),
+                fate: None,
+            })
+        };
+        // Behind by 0, by some, and by more than the field holds (then: all of the run's).
+        let entries = vec![put(1, 7), put(2, 3), patch(3, 7), patch(4, 0)];
+        let bytes = encode_run(1, 2, 3, 7, &entries);
+        let (header, decoded) = decode_run(&bytes).unwrap();
+        assert_eq!((header.crashes, &decoded), (7, &entries));
+        let far = vec![put(1, 1), put(2, big), patch(3, 2), patch(4, big - 3)];
+        let (_, decoded) = decode_run(&encode_run(1, 2, 3, big, &far)).unwrap();
+        let seen: Vec<u32> = decoded
+            .iter()
+            .map(|e| match e {
+                Entry::Put(j) => j.crashes_seen,
+                Entry::Patch(p) => p.crashes_seen.unwrap(),
+                Entry::Delete(_) => unreachable!(),
+            })
+            .collect();
+        // Too far behind for the field: counted from the first crash, never from a later one.
+        assert_eq!(seen, [0, big, 0, big - 3]);
+        // A version 1 run (no crash count, the older checksum) still reads, as 0 crashes.
+        let mut v1 = encode_run(1, 2, 3, 0, &[put(1, 0)]);
+        v1[8] = 1;
+        let crc = crc32fast::hash(&v1[..56]);
+        v1[56..60].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode_run(&v1).unwrap().0.crashes, 0);
+        v1[60] = 1;
+        assert!(
+            decode_run(&v1).is_err(),
+            "a version 1 run has no crash count"
+        );
+    }
+
+    #[test]
     fn every_flipped_byte_is_refused() {
         let entries = vec![Entry::Put(job(1, 10, b"payload")), Entry::Delete(JobId(2))];
-        let bytes = encode_run(1, 2, 3, &entries);
+        let bytes = encode_run(1, 2, 3, 0, &entries);
         for i in 0..bytes.len() {
             let mut b = bytes.clone();
             b[i] ^= 0x40;
-            // Only the unused reserved word of the header is not covered by a checksum, and
-            // it must read as zero.
             assert!(decode_run(&b).is_err(), "flip at {i} went unnoticed");
         }
         for cut in 0..bytes.len() {
@@ -809,6 +943,7 @@ mod tests {
                 id: JobId(3),
                 due_ms: Some(12),
                 lease: Some((4, false)),
+                crashes_seen: None,
                 fate: Some(Fate {
                     reset: false,
                     failures_add: 1,
@@ -820,6 +955,7 @@ mod tests {
                 id: JobId(4),
                 due_ms: None,
                 lease: None,
+                crashes_seen: None,
                 fate: Some(Fate {
                     reset: true,
                     failures_add: 0,
@@ -828,7 +964,7 @@ mod tests {
                 }),
             }),
         ];
-        let bytes = encode_run(1, 2, 3, &entries);
+        let bytes = encode_run(1, 2, 3, 0, &entries);
         assert_eq!(decode_run(&bytes).unwrap().1, entries);
         // Only the job with a fate is a Put2, only the patches with one Patch2s.
         let kinds: Vec<u8> = {
@@ -860,10 +996,11 @@ mod tests {
                 id: JobId(3),
                 due_ms,
                 lease,
+                crashes_seen: None,
                 fate: None,
             })
         };
-        let bytes = encode_run(1, 1, 1, &[patch(Some(9), None)]);
+        let bytes = encode_run(1, 1, 1, 0, &[patch(Some(9), None)]);
         assert!(decode_run(&bytes).is_ok());
         // The attempt word of a due-only patch, set by hand (with its CRC mended).
         let mut b = bytes.clone();
@@ -894,6 +1031,7 @@ mod tests {
                     id: JobId(1),
                     due_ms: Some(5),
                     lease: Some((3, false)),
+                    crashes_seen: None,
                     fate: Some(Fate {
                         reset: false,
                         failures_add: 2,
@@ -931,7 +1069,7 @@ mod tests {
                     ..fated(1)
                 },
             ] {
-                let bytes = encode_run(1, 1, 1, &[Entry::Put(j.clone())]);
+                let bytes = encode_run(1, 1, 1, 0, &[Entry::Put(j.clone())]);
                 assert_eq!(bytes.len() as u64 - RUN_HEADER_BYTES as u64, put_bytes(&j));
             }
         }
@@ -939,6 +1077,7 @@ mod tests {
             id: JobId(1),
             due_ms: None,
             lease: None,
+            crashes_seen: None,
             fate: Some(Fate {
                 reset: true,
                 failures_add: 0,
@@ -947,22 +1086,23 @@ mod tests {
             }),
         };
         assert_eq!(
-            encode_run(1, 1, 1, &[Entry::Patch(fate.clone())]).len() as u64 - 64,
+            encode_run(1, 1, 1, 0, &[Entry::Patch(fate.clone())]).len() as u64 - 64,
             patch_bytes(&fate)
         );
         let patch = Entry::Patch(Patch {
             id: JobId(1),
             due_ms: None,
             lease: Some((1, true)),
+            crashes_seen: None,
             fate: None,
         });
         assert_eq!(
-            encode_run(1, 1, 1, &[patch]).len() as u64 - 64,
+            encode_run(1, 1, 1, 0, &[patch]).len() as u64 - 64,
             PATCH_RECORD_BYTES
         );
         let delete = Entry::Delete(JobId(1));
         assert_eq!(
-            encode_run(1, 1, 1, &[delete]).len() as u64 - 64,
+            encode_run(1, 1, 1, 0, &[delete]).len() as u64 - 64,
             DELETE_RECORD_BYTES
         );
     }

@@ -61,6 +61,7 @@ enum Track {
         bucket: u64,
         due_ms: Option<u64>,
         lease: Option<(u32, bool)>,
+        crashes_seen: Option<u32>,
         fate: Option<Fate>,
         finished: bool,
     },
@@ -322,6 +323,9 @@ fn fold<S: Storage>(
     next.covered_lsn = fold_to;
     let locator = Locator::new(manifest)?;
 
+    // Whether the last record folded is a `Closed` (before the first record of a directory:
+    // yes, no run came before it).
+    next.clean = manifest.clean || manifest.covered_lsn == 0;
     // 1. Net the records per job.
     let mut tracks: BTreeMap<JobId, Track> = BTreeMap::new();
     let mut iter = wal.iter_from(manifest.covered_lsn + 1);
@@ -331,6 +335,8 @@ fn fold<S: Storage>(
             break;
         }
         report.records += 1;
+        let clean_before = next.clean;
+        next.clean = record.record_type == crate::record::TYPE_CLOSED;
         let refuse = |reason: String| Error::UndecodableRecord {
             lsn: record.lsn,
             reason,
@@ -341,8 +347,25 @@ fn fold<S: Storage>(
             Err(e) => return Err(refuse(e.to_string())),
         };
         let lsn = record.lsn;
+        // As in memory (`Event::sets_crashes_seen`).
+        if event.sets_crashes_seen()
+            && let Some(id) = event.id()
+            && !matches!(event, Event::Schedule(_))
+        {
+            set_crashes_seen(
+                track(&mut tracks, &locator, manifest, id, lsn)?,
+                next.crashes,
+            );
+        }
         match event {
             Event::ReserveIds { up_to } => next.ids_reserved = up_to,
+            Event::Opened { crashes } => {
+                if Some(crashes) != next.crashes.checked_add(u32::from(!clean_before)) {
+                    return Err(refuse("an open counts other crashes than the log".into()));
+                }
+                next.crashes = crashes;
+            }
+            Event::Closed { .. } => {}
             Event::Schedule(s) => {
                 next.ids_last = s.id.seq();
                 let home = home_bucket(s.due_ms, s.created_ms);
@@ -356,6 +379,7 @@ fn fold<S: Storage>(
                     max_attempts: s.max_attempts,
                     attempt: 0,
                     leased: false,
+                    crashes_seen: next.crashes,
                     failures: 0,
                     dead: None,
                     backoff: s.backoff,
@@ -391,11 +415,13 @@ fn fold<S: Storage>(
                     Track::Old { finished, .. } => *finished = true,
                 }
             }
-            Event::Claim { id, attempt, .. } => set_lease(
-                track(&mut tracks, &locator, manifest, id, lsn)?,
-                attempt,
-                true,
-            ),
+            Event::Claim { id, attempt, .. } => {
+                set_lease(
+                    track(&mut tracks, &locator, manifest, id, lsn)?,
+                    attempt,
+                    true,
+                );
+            }
             Event::Expire { id, attempt } => {
                 let t = track(&mut tracks, &locator, manifest, id, lsn)?;
                 set_lease(t, attempt, false);
@@ -482,16 +508,18 @@ fn fold<S: Storage>(
                 bucket,
                 due_ms,
                 lease,
+                crashes_seen,
                 fate,
                 ..
             } => {
-                if due_ms.is_none() && lease.is_none() && fate.is_none() {
+                if due_ms.is_none() && lease.is_none() && crashes_seen.is_none() && fate.is_none() {
                     continue; // Only extended: nothing changed.
                 }
                 let patch = Patch {
                     id,
                     due_ms,
                     lease,
+                    crashes_seen,
                     fate,
                 };
                 match due_ms.map(bucket_of) {
@@ -611,7 +639,7 @@ fn fold<S: Storage>(
 
         let generation = next.next_run;
         next.next_run += 1;
-        let bytes = encode_run(bucket, generation, fold_to, &entries);
+        let bytes = encode_run(bucket, generation, fold_to, next.crashes, &entries);
         let name = run_file_name(bucket, generation);
         written.push(name.clone());
         write_new(storage, &name, &bytes)?;
@@ -655,6 +683,7 @@ fn track<'t>(
                 bucket,
                 due_ms: None,
                 lease: None,
+                crashes_seen: None,
                 fate: None,
                 finished: false,
             }))
@@ -669,6 +698,13 @@ fn set_due(track: &mut Track, due_ms: u64) {
             *target = bucket_of(due_ms);
         }
         Track::Old { due_ms: d, .. } => *d = Some(due_ms),
+    }
+}
+
+fn set_crashes_seen(track: &mut Track, crashes: u32) {
+    match track {
+        Track::New { job, .. } => job.crashes_seen = crashes,
+        Track::Old { crashes_seen, .. } => *crashes_seen = Some(crashes),
     }
 }
 

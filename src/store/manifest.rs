@@ -10,7 +10,8 @@
 //!   0 magic "TWMANIFS" | 8 version u32 = 1 | 12 header_bytes u32 = 112
 //!  16 generation u64 (replacements so far) | 24 covered_lsn u64 | 32 next_run u64
 //!  40 ids_last u64 | 48 ids_reserved u64 | 56 completed u64 | 64 cancelled u64
-//!  72 failed u64 | 80 buckets u32 | 84 moved u32 | 88 reserved [u8; 24] = 0
+//!  72 failed u64 | 80 buckets u32 | 84 moved u32 | 88 crashes u32 | 92 clean u8 (0 or 1)
+//!  93 reserved [u8; 19] = 0
 //! 112 buckets, ascending: bucket u64 | jobs u64 | min_due_ms u64 | runs u32 | keyed u32
 //!     then `runs` times, oldest first: generation u64 | bytes u64 | records u64
 //!     moved jobs, ascending by id: id u64 | bucket u64
@@ -20,7 +21,12 @@
 //! `ids_last` and `ids_reserved` are the id ledger's sequence numbers as of `covered_lsn`
 //! (the journal records that reserved them may be deleted); `completed`, `cancelled` and
 //! `failed` are the engine's counters as of that LSN. A *moved* job is one whose bucket is not
-//! the home bucket its id names (it was rescheduled into another hour).
+//! the home bucket its id names (it was rescheduled into another hour). `crashes` counts the
+//! runs of the engine that crashed as of `covered_lsn` (see [`crate::record`]'s `Opened`),
+//! and `clean` says that the record at
+//! `covered_lsn` is a `Closed` (see [`crate::record`]): an open whose journal holds nothing
+//! after `covered_lsn` reads from them whether the last run closed cleanly. Manifests written
+//! before these fields read as 0 crashes, not clean.
 
 use std::collections::BTreeMap;
 
@@ -85,6 +91,10 @@ pub struct Manifest {
     pub buckets: BTreeMap<u64, BucketEntry>,
     /// Jobs not in their home bucket: id to the bucket that holds them.
     pub moved: BTreeMap<JobId, u64>,
+    /// Runs of the engine that had crashed, as of `covered_lsn`.
+    pub crashes: u32,
+    /// The record at `covered_lsn` is a `Closed`.
+    pub clean: bool,
 }
 
 /// Why a manifest did not decode.
@@ -133,7 +143,9 @@ impl Manifest {
         let count = |n: usize| u32::try_from(n).expect("fewer than 2^32 buckets and moved jobs");
         out.extend_from_slice(&count(self.buckets.len()).to_le_bytes());
         out.extend_from_slice(&count(self.moved.len()).to_le_bytes());
-        out.extend_from_slice(&[0; 24]);
+        out.extend_from_slice(&self.crashes.to_le_bytes());
+        out.push(u8::from(self.clean));
+        out.extend_from_slice(&[0; 19]);
         debug_assert_eq!(out.len(), HEADER_BYTES);
         for (&bucket, entry) in &self.buckets {
             put_u64(&mut out, bucket);
@@ -179,7 +191,8 @@ impl Manifest {
             return Err(err(8, "unknown manifest version"));
         }
         if u32_at(bytes, 12) as usize != HEADER_BYTES
-            || bytes[88..HEADER_BYTES].iter().any(|&b| b != 0)
+            || bytes[92] > 1
+            || bytes[93..HEADER_BYTES].iter().any(|&b| b != 0)
         {
             return Err(err(12, "unexpected manifest header layout"));
         }
@@ -192,6 +205,8 @@ impl Manifest {
             completed: u64_at(bytes, 56),
             cancelled: u64_at(bytes, 64),
             failed: u64_at(bytes, 72),
+            crashes: u32_at(bytes, 88),
+            clean: bytes[92] == 1,
             ..Manifest::default()
         };
         if m.ids_last > m.ids_reserved {

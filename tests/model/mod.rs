@@ -346,6 +346,9 @@ pub struct Logged {
     pub due_hi_ms: u64,
     /// The newest claim's attempt (0: never claimed).
     pub attempt: u32,
+    /// The crashed runs (`Stats::crashed_runs`) when `attempt` was last set (schedule,
+    /// claim, requeue): the next claim skips one number for each crash since.
+    pub crashes_seen: u32,
     /// The newest record is that claim (or an `Extend` of it): no `Expire`, retry, cancel,
     /// reschedule or finish after it.
     pub lease_open: bool,
@@ -383,6 +386,8 @@ pub struct Live {
     pub state: JobState,
     pub due_ms: u64,
     pub attempt: u32,
+    /// As [`Logged::crashes_seen`].
+    pub crashes_seen: u32,
     pub failures: u32,
     pub last_error: Option<u8>,
     /// Whether the log holds its lease open; `None` when an I/O error left that unknown and
@@ -458,6 +463,17 @@ struct Counters {
     retried: u64,
     dedup_lo: u64,
     dedup_hi: u64,
+}
+
+/// The attempt of `l`'s next claim once `crashes` runs crashed: its last one + 1, and, unless
+/// the log holds its lease open (a claim after that is durable before it is handed out), one
+/// more for each crash since its newest record (a claim the crash cut may have used it).
+fn next_attempt(l: &Live, crashes: u32) -> u32 {
+    if l.lease_open == Some(true) {
+        l.attempt + 1
+    } else {
+        l.attempt + 1 + (crashes - l.crashes_seen)
+    }
 }
 
 fn state_index(s: JobState) -> usize {
@@ -615,6 +631,14 @@ pub struct Model {
     pub id_floor: u64,
     /// The highest id handed out since the open: ids grow.
     issued_max: u64,
+    /// Runs of the engine that crashed, as the engine counts them (`Stats::crashed_runs`),
+    /// learnt at each open: a job's next attempt skips one number per crash since its last.
+    crashes: u32,
+    /// The highest attempt handed to a worker per job, across every crash: the fencing token
+    /// is never handed out twice (claims are handed out before they are durable, so a crash
+    /// may cut one a worker saw; the model's exact prediction uses the engine's crash count,
+    /// and this checks the outcome without it).
+    handed: BTreeMap<u64, u32>,
     /// The clock's reading now.
     pub clock_ms: u64,
     /// The highest clock reading ever set: nothing may fire with a later due time.
@@ -761,6 +785,8 @@ impl Model {
             phantom_residues: Default::default(),
             id_floor: 0,
             issued_max: 0,
+            crashes: 0,
+            handed: BTreeMap::new(),
             clock_ms: start_ms,
             max_clock_ms: start_ms,
             engine_now_ms: start_ms,
@@ -939,7 +965,7 @@ impl Model {
     /// With the lease's state in the log unknown (`l.lease_open == None`), both the states with
     /// and without the `Expire` are listed (a caller that saw the change applied resolves the
     /// lease first).
-    fn records(l: &Live, change: Change) -> Vec<Alt> {
+    fn records(l: &Live, change: Change, crashes: u32) -> Vec<Alt> {
         let mut alts = Vec::with_capacity(3);
         // A lease that ran out in memory (or whose state is unknown) is closed by an `Expire`
         // written first, counting a failure; a crash may keep it without the record after it.
@@ -948,11 +974,22 @@ impl Model {
                 change,
                 Change::Cancel | Change::Reschedule(_) | Change::Claim { .. }
             );
+        // The records that set the job's count of crashes (`Event::sets_crashes_seen`): all
+        // but a reschedule, cancel or skipped occurrence of a waiting job. After an `Expire`
+        // (failures one up) the count is set.
+        let seen = |f: u32| {
+            if f > l.failures {
+                crashes
+            } else {
+                l.crashes_seen
+            }
+        };
         let present = |due_ms: u64, attempt: u32, lease_open: bool, failures: u32| {
             Alt::Present(Logged {
                 due_ms,
                 due_hi_ms: due_ms,
                 attempt,
+                crashes_seen: seen(failures),
                 lease_open,
                 failures,
                 last_error: l.last_error,
@@ -972,7 +1009,20 @@ impl Model {
                 Change::Cancel => Alt::Gone(Gone::Cancelled),
                 Change::Complete => Alt::Gone(Gone::Completed),
                 Change::Reschedule(due_ms) => present(due_ms, l.attempt, false, f),
-                Change::Claim { .. } => present(l.due_ms, l.attempt + 1, true, f),
+                Change::Claim { .. } => Alt::Present(Logged {
+                    due_ms: l.due_ms,
+                    due_hi_ms: l.due_ms,
+                    // After an `Expire` the lease was open: no number was skipped.
+                    attempt: if f > l.failures {
+                        l.attempt + 1
+                    } else {
+                        l.attempt + 1 + (crashes - l.crashes_seen)
+                    },
+                    crashes_seen: crashes,
+                    lease_open: true,
+                    failures: f,
+                    last_error: l.last_error,
+                }),
                 Change::Retry {
                     due_ms,
                     due_hi_ms,
@@ -981,6 +1031,7 @@ impl Model {
                     due_ms,
                     due_hi_ms,
                     attempt: l.attempt,
+                    crashes_seen: crashes,
                     lease_open: false,
                     failures: f + u32::from(failed.is_some()),
                     last_error: failed.or(l.last_error),
@@ -997,10 +1048,15 @@ impl Model {
                     expired,
                     reason,
                 }),
-                Change::Next { due_ms, .. } => Alt::Present(Logged {
+                Change::Next { due_ms, how, .. } => Alt::Present(Logged {
                     due_ms,
                     due_hi_ms: due_ms,
                     attempt: l.attempt,
+                    crashes_seen: if how == NextHow::Skipped {
+                        l.crashes_seen
+                    } else {
+                        crashes
+                    },
                     lease_open: false,
                     failures: 0,
                     last_error: None,
@@ -1015,7 +1071,7 @@ impl Model {
     /// (`!applied` after an I/O error).
     fn change(&mut self, id: u64, change: Change, applied: bool, fault: Option<Fault>) {
         let l = self.live(id).cloned().expect("a change of a visible job");
-        let alts = Self::records(&l, change);
+        let alts = Self::records(&l, change, self.crashes);
         if applied || fault == Some(Fault::Unknown) {
             self.appended_records(id, &alts, applied);
         }
@@ -1077,7 +1133,8 @@ impl Model {
             }),
             Change::Claim { lease_until_ms } => Some(Live {
                 state: JobState::Running,
-                attempt: l.attempt + 1,
+                attempt: next_attempt(&l, self.crashes),
+                crashes_seen: self.crashes,
                 failures,
                 lease_open: Some(true),
                 deadline_ms: lease_until_ms,
@@ -1148,7 +1205,20 @@ impl Model {
                 })
             }
         };
-        self.set_live(id, next);
+        // The records that set the job's count of crashes (`Event::sets_crashes_seen`).
+        let sets = match change {
+            Change::Reschedule(_) | Change::Cancel | Change::Complete => expired,
+            Change::Next { how, .. } => how != NextHow::Skipped,
+            Change::Claim { .. } | Change::Retry { .. } | Change::Bury { .. } => true,
+        };
+        let crashes = self.crashes;
+        self.set_live(
+            id,
+            next.map(|n| Live {
+                crashes_seen: if sets { crashes } else { l.crashes_seen },
+                ..n
+            }),
+        );
     }
 
     /// The lease of a job in memory whose log state was unknown is told by the failures the
@@ -1235,11 +1305,12 @@ impl Model {
         }
     }
 
-    fn scheduled_live(due_ms: u64) -> Live {
+    fn scheduled_live(&self, due_ms: u64) -> Live {
         Live {
             state: JobState::Scheduled,
             due_ms,
             attempt: 0,
+            crashes_seen: self.crashes,
             failures: 0,
             last_error: None,
             lease_open: Some(false),
@@ -1249,11 +1320,12 @@ impl Model {
         }
     }
 
-    fn fresh(due_ms: u64) -> Alt {
+    fn fresh(due_ms: u64, crashes: u32) -> Alt {
         Alt::Present(Logged {
             due_ms,
             due_hi_ms: due_ms,
             attempt: 0,
+            crashes_seen: crashes,
             lease_open: false,
             failures: 0,
             last_error: None,
@@ -1332,8 +1404,13 @@ impl Model {
                 }
                 for (id, spec) in fresh {
                     self.max_returned_id = self.max_returned_id.max(id.0);
-                    let live = Self::scheduled_live(spec.due_ms);
-                    let job = self.new_job(spec, vec![Self::fresh(spec.due_ms)], true, Some(live));
+                    let live = self.scheduled_live(spec.due_ms);
+                    let job = self.new_job(
+                        spec,
+                        vec![Self::fresh(spec.due_ms, self.crashes)],
+                        true,
+                        Some(live),
+                    );
                     self.learn(id.0, job);
                     if let Some(k) = &spec.key {
                         self.keys.insert(k.clone(), id.0);
@@ -1385,7 +1462,7 @@ impl Model {
             if engine.get(*id).is_some() {
                 bail!("job {id} visible before its commit");
             }
-            let fresh = Self::fresh(spec.due_ms);
+            let fresh = Self::fresh(spec.due_ms, self.crashes);
             let job = self.new_job(spec, vec![Alt::Gone(Gone::Absent)], false, None);
             self.learn(id.0, job);
             self.appended_records(id.0, &[fresh], true);
@@ -1415,7 +1492,7 @@ impl Model {
                 other => panic!("committed job {id} logged as {other:?}"),
             };
             self.max_returned_id = self.max_returned_id.max(id.0);
-            self.set_live(id.0, Some(Self::scheduled_live(due)));
+            self.set_live(id.0, Some(self.scheduled_live(due)));
         }
     }
 
@@ -1788,7 +1865,9 @@ impl Model {
                 if got.len() != ids.len() {
                     bail!("claim of {} ids returned {} answers", ids.len(), got.len());
                 }
-                let mut any = false;
+                // Whether the engine synced before it returned: it does when it wrote more than
+                // plain claims of waiting jobs (an `Expire`, a burial, a skipped occurrence).
+                let mut synced = false;
                 for ((id, c), opts) in ids.iter().zip(&got).zip(&options) {
                     let claims = opts
                         .as_ref()
@@ -1799,8 +1878,8 @@ impl Model {
                             let info = engine.get(*id);
                             self.learn_lease(id.0, info.as_ref())?;
                             self.check_claimed(id.0, c, lease_until_ms)?;
+                            synced |= self.live(id.0).and_then(|l| l.lease_open) == Some(true);
                             self.change(id.0, Change::Claim { lease_until_ms }, true, None);
-                            any = true;
                         }
                         (None, Some(o)) => {
                             let Some((open, change)) = self.unclaimed_option(id.0, o, engine)
@@ -1812,7 +1891,7 @@ impl Model {
                             };
                             self.set_lease(id.0, open);
                             self.change(id.0, change, true, None);
-                            any = true;
+                            synced = true;
                         }
                         (c, _) => bail!(
                             "claim of job {id} returned {:?}; the model has {:?} (options {opts:?})",
@@ -1823,7 +1902,10 @@ impl Model {
                         ),
                     }
                 }
-                if any {
+                // Plain claims are handed out without a sync: what they appended stays unsure
+                // until a later sync (a claim that waited for an earlier record's sync is not
+                // counted on either).
+                if synced {
                     self.synced_all();
                 }
                 self.refill_due();
@@ -1834,11 +1916,21 @@ impl Model {
                     let Some(opts) = opts else {
                         continue;
                     };
-                    let attempt = self.live(id.0).expect("ready").attempt;
+                    let l = self.live(id.0).expect("ready");
+                    // With the lease's state in the log unknown, either rule may have applied.
+                    let attempts = [
+                        l.attempt + 1,
+                        l.attempt + 1 + (self.crashes - l.crashes_seen),
+                    ];
+                    let attempts = match l.lease_open {
+                        Some(true) => &attempts[..1],
+                        Some(false) => &attempts[1..],
+                        None => &attempts[..],
+                    };
                     let info = engine.get(*id);
-                    let claimed = info
-                        .as_ref()
-                        .is_some_and(|i| i.state == JobState::Running && i.attempt == attempt + 1);
+                    let claimed = info.as_ref().is_some_and(|i| {
+                        i.state == JobState::Running && attempts.contains(&i.attempt)
+                    });
                     if claimed {
                         self.learn_lease(id.0, info.as_ref())?;
                         self.change(id.0, Change::Claim { lease_until_ms }, true, Some(f));
@@ -1855,6 +1947,11 @@ impl Model {
                 }
                 if applied {
                     self.refill_due();
+                } else if let Some(fair) = self.fair.as_mut() {
+                    // A claim may fail waiting for the sync of an earlier record of its job
+                    // (no job has two claims unsynced), after the engine fed the channel for
+                    // the ids it looked at.
+                    fair.refill_maybe = true;
                 }
             }
         }
@@ -1885,7 +1982,8 @@ impl Model {
         // Never early, whatever the model's picture: the first delivery entered the ready
         // queue at or after its due time, and no later than the clock ever read (a redelivery
         // may come after a reopen whose clock stepped back: its first delivery was the firing).
-        if (c.attempt == 1 && c.due_ms > c.ready_at_ms) || c.ready_at_ms > max_clock {
+        let first = !self.handed.contains_key(&id);
+        if (first && c.due_ms > c.ready_at_ms) || c.ready_at_ms > max_clock {
             bail!(
                 "job {id} due {} entered the ready queue at {} (clock never past {max_clock})",
                 c.due_ms,
@@ -1898,9 +1996,26 @@ impl Model {
                 c.due_ms
             );
         }
+        if let Some(&before) = self.handed.get(&id)
+            && c.attempt <= before
+        {
+            bail!(
+                "job {id} claimed with attempt {} after attempt {before} was handed out: a \
+                 fencing token handed out twice (or going back)",
+                c.attempt
+            );
+        }
+        self.handed.insert(id, c.attempt);
+        let crashes = self.crashes;
         let job = self.jobs.get_mut(&id).expect("claimable");
         let l = job.live.as_ref().expect("claimable");
-        let want = (id, l.attempt + 1, l.due_ms, l.ready_at_ms, lease_until_ms);
+        let want = (
+            id,
+            next_attempt(l, crashes),
+            l.due_ms,
+            l.ready_at_ms,
+            lease_until_ms,
+        );
         let got = (c.id.0, c.attempt, c.due_ms, c.ready_at_ms, c.lease_until_ms);
         if got != want {
             bail!(
@@ -2319,6 +2434,7 @@ impl Model {
                 due_ms: now,
                 due_hi_ms: now,
                 attempt: b.attempt,
+                crashes_seen: self.crashes,
                 lease_open: false,
                 failures: 0,
                 last_error: None,
@@ -2343,7 +2459,7 @@ impl Model {
                 id,
                 Some(Live {
                     attempt: b.attempt,
-                    ..Self::scheduled_live(now)
+                    ..self.scheduled_live(now)
                 }),
             );
         } else {
@@ -2878,7 +2994,7 @@ impl Model {
                     );
                 };
                 let spec = self.phantoms.remove(at);
-                let alt = Self::fresh(spec.due_ms);
+                let alt = Self::fresh(spec.due_ms, self.crashes);
                 if info.attempt != 0 || !shows(&alt, Some(&info), None, now) {
                     bail!("recovery shows never-acknowledged job {id} as {info:?}");
                 }
@@ -3028,6 +3144,7 @@ impl Model {
                         },
                         due_ms: l.due_ms,
                         attempt: l.attempt,
+                        crashes_seen: l.crashes_seen,
                         failures: l.failures,
                         last_error: l.last_error,
                         lease_open,
@@ -3052,7 +3169,7 @@ impl Model {
             }
         }
         for (id, spec, binary) in phantoms {
-            let alt = Self::fresh(spec.due_ms);
+            let alt = Self::fresh(spec.due_ms, self.crashes);
             let ready = spec.due_ms <= now;
             if ready {
                 missed.push((spec.due_ms, id));
@@ -3065,7 +3182,7 @@ impl Model {
                 },
                 deadline_ms: now + lease,
                 ready_at_ms: now,
-                ..Self::scheduled_live(spec.due_ms)
+                ..self.scheduled_live(spec.due_ms)
             };
             let mut job = self.new_job(&spec, vec![alt], false, Some(live));
             job.binary = binary;
@@ -3118,6 +3235,14 @@ impl Model {
             dedup_lo: 0,
             dedup_hi: 0,
         };
+        let crashes = engine.stats().crashed_runs;
+        if crashes < u64::from(self.crashes) {
+            bail!(
+                "the engine counts {crashes} crashed runs after {} before",
+                self.crashes
+            );
+        }
+        self.crashes = crashes as u32;
         self.check_counts(engine)?;
         self.check_keys(engine)?;
         self.check_dead(engine)?;

@@ -25,11 +25,29 @@ pub struct Lateness {
     pub compaction_records_per_s: f64,
 }
 
-/// `jobs` jobs pending, due evenly over `jobs / 100` ms (~100k fires/s) from `lead_ms` ahead, two
-/// workers completing their batch and claiming the next in one call (`complete_and_claim_next`). With `compacting`, compaction folds a journal
+/// How the lateness workload's two workers take and finish jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    /// Each completes the batch it holds and claims the next in one call
+    /// (`complete_and_claim_next`): the claims come back once the completes are durable.
+    Round,
+    /// Each claims (`claim_next`, no sync) and hands what it took to a completer thread,
+    /// which completes it (`complete_batch`, one sync for all it was handed): a worker never
+    /// waits for the disk before its next claim.
+    Handoff,
+}
+
+/// `jobs` jobs pending, due evenly over `jobs / 100` ms (~100k fires/s) from `lead_ms` ahead,
+/// two workers taking them as `workers` says. With `compacting`, compaction folds a journal
 /// of `3 * jobs` more jobs due over 30 days (3 of 4 cancelled) beside the fires, from 50 ms
 /// before the first due time.
-pub fn lateness(dir: &Path, jobs: u64, lead_ms: u64, compacting: bool) -> Lateness {
+pub fn lateness(
+    dir: &Path,
+    jobs: u64,
+    lead_ms: u64,
+    compacting: bool,
+    workers: Workers,
+) -> Lateness {
     let n = jobs;
     let window_ms = (n / 100).max(1);
     let config = Config::new(dir).compact_interval_ms(0);
@@ -66,6 +84,58 @@ pub fn lateness(dir: &Path, jobs: u64, lead_ms: u64, compacting: bool) -> Latene
     let early = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let hist = Arc::new(Mutex::new(Histogram::<u64>::new(3).expect("histogram")));
+    if workers == Workers::Handoff {
+        let (to_complete, completions) = std::sync::mpsc::channel::<Vec<timewheel::Claimed>>();
+        let completer = {
+            let engine = engine.clone();
+            std::thread::spawn(move || {
+                while let Ok(mut batch) = completions.recv() {
+                    batch.extend(completions.try_iter().flatten());
+                    engine.complete_batch(&batch).expect("complete");
+                }
+            })
+        };
+        let takers: Vec<_> = (0..2)
+            .map(|_| {
+                let (engine, early, done, hist, to_complete) = (
+                    engine.clone(),
+                    early.clone(),
+                    done.clone(),
+                    hist.clone(),
+                    to_complete.clone(),
+                );
+                std::thread::spawn(move || {
+                    let mut mine = Histogram::<u64>::new(3).expect("histogram");
+                    while done.load(Ordering::Relaxed) < n {
+                        let held = engine
+                            .claim_next(4096, Duration::from_millis(100))
+                            .expect("claim");
+                        let at_us = now_us();
+                        for c in &held {
+                            match at_us.checked_sub(c.due_ms * 1000) {
+                                Some(late) => mine.record(late).expect("in range"),
+                                None => {
+                                    early.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                        }
+                        done.fetch_add(held.len() as u64, Ordering::Relaxed);
+                        to_complete.send(held).expect("completer running");
+                    }
+                    hist.lock()
+                        .expect("no worker panicked")
+                        .add(&mine)
+                        .expect("same bounds");
+                })
+            })
+            .collect();
+        drop(to_complete);
+        for t in takers {
+            t.join().expect("worker");
+        }
+        completer.join().expect("completer");
+        return finish(engine, &hist, &early, compactor);
+    }
     let workers: Vec<_> = (0..2)
         .map(|_| {
             let (engine, early, done, hist) =
@@ -102,6 +172,16 @@ pub fn lateness(dir: &Path, jobs: u64, lead_ms: u64, compacting: bool) -> Latene
     for w in workers {
         w.join().expect("worker");
     }
+    finish(engine, &hist, &early, compactor)
+}
+
+/// The figures of a lateness run, once its workers are done; closes the engine.
+fn finish(
+    engine: Arc<Engine>,
+    hist: &Mutex<Histogram<u64>>,
+    early: &AtomicU64,
+    compactor: Option<std::thread::JoinHandle<f64>>,
+) -> Lateness {
     let compaction_records_per_s = compactor.map_or(0.0, |c| c.join().expect("compactor"));
     let st = engine.stats();
     let to_claim = Percentiles::of(&hist.lock().expect("joined"));
