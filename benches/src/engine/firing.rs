@@ -110,15 +110,7 @@ pub fn lateness(
                         let held = engine
                             .claim_next(4096, Duration::from_millis(100))
                             .expect("claim");
-                        let at_us = now_us();
-                        for c in &held {
-                            match at_us.checked_sub(c.due_ms * 1000) {
-                                Some(late) => mine.record(late).expect("in range"),
-                                None => {
-                                    early.fetch_add(1, Ordering::Relaxed);
-                                }
-                            }
-                        }
+                        record_lateness(&held, &mut mine, &early);
                         done.fetch_add(held.len() as u64, Ordering::Relaxed);
                         to_complete.send(held).expect("completer running");
                     }
@@ -151,15 +143,7 @@ pub fn lateness(
                         .complete_and_claim_next(&held, 4096, Duration::from_millis(100))
                         .expect("complete and claim");
                     done.fetch_add(finished, Ordering::Relaxed);
-                    let at_us = now_us();
-                    for c in &held {
-                        match at_us.checked_sub(c.due_ms * 1000) {
-                            Some(late) => mine.record(late).expect("in range"),
-                            None => {
-                                early.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                    }
+                    record_lateness(&held, &mut mine, &early);
                 }
                 engine.complete_batch(&held).expect("complete");
                 hist.lock()
@@ -173,6 +157,19 @@ pub fn lateness(
         w.join().expect("worker");
     }
     finish(engine, &hist, &early, compactor)
+}
+
+/// Records, on the worker's clock now, how late each of `held` is (`early`: due still ahead).
+fn record_lateness(held: &[timewheel::Claimed], hist: &mut Histogram<u64>, early: &AtomicU64) {
+    let at_us = now_us();
+    for c in held {
+        match at_us.checked_sub(c.due_ms * 1000) {
+            Some(late) => hist.record(late).expect("in range"),
+            None => {
+                early.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// The figures of a lateness run, once its workers are done; closes the engine.
