@@ -43,9 +43,8 @@
 //! Dropping a future (a timeout, a `select!`) is safe: a change (cancel, reschedule, complete,
 //! fail) is applied before the future waits and becomes durable with the next sync; a
 //! schedule dropped while it waits still becomes visible (it fires, and its key finds it) once
-//! a sync makes it durable; a take (`next_async`) does not wait once it has claimed, and jobs a
-//! dropped stream had claimed and not yielded go back at once and fire again with the next
-//! attempt.
+//! a sync makes it durable; jobs a dropped take (`next_async`) or stream had claimed and not
+//! handed out go back at once and fire again with the next attempt.
 //!
 //! ```
 //! # fn main() -> timewheel::Result<()> {

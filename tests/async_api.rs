@@ -33,10 +33,12 @@ fn many_tasks_schedule_claim_and_complete_every_job_once() {
     let engine = Arc::new(Engine::open(Config::new(dir.path())).expect("open"));
     const TASKS: u64 = 64;
     const PER_TASK: u64 = 100;
+    // Jobs a worker has claimed: one a worker completed is no longer visible.
+    let taken = Arc::new(std::sync::Mutex::new(HashSet::new()));
     runtime().block_on(async {
         let producers: Vec<_> = (0..TASKS)
             .map(|t| {
-                let engine = engine.clone();
+                let (engine, taken) = (engine.clone(), taken.clone());
                 tokio::spawn(async move {
                     let mut ids = Vec::new();
                     for i in 0..PER_TASK {
@@ -45,8 +47,12 @@ fn many_tasks_schedule_claim_and_complete_every_job_once() {
                             .schedule_async(JobSpec::at(0).payload(payload))
                             .await
                             .expect("durable schedule");
-                        // Resolved means durable and visible.
-                        assert!(engine.get(id).is_some(), "{id} visible once resolved");
+                        // Resolved means durable and visible (unless a worker took it first: the
+                        // claim comes only once it is visible).
+                        assert!(
+                            engine.get(id).is_some() || taken.lock().unwrap().contains(&id),
+                            "{id} visible once resolved"
+                        );
                         ids.push(id);
                     }
                     ids
@@ -55,12 +61,13 @@ fn many_tasks_schedule_claim_and_complete_every_job_once() {
             .collect();
         let workers: Vec<_> = (0..4)
             .map(|_| {
-                let engine = engine.clone();
+                let (engine, taken) = (engine.clone(), taken.clone());
                 tokio::spawn(async move {
                     let mut done = Vec::new();
                     let mut stream = engine.claimed_stream(64);
                     while let Some(job) = next(&mut stream).await {
                         let job = job.expect("claimed");
+                        taken.lock().unwrap().insert(job.id);
                         assert!(engine.complete_async(&job).await.expect("complete"));
                         done.push(job.id);
                     }
@@ -266,6 +273,79 @@ fn a_take_returns_its_claim_before_any_sync() {
     assert_eq!(disk.stats().file_syncs, syncs_before, "no sync ran");
     drop(held);
     assert!(engine.complete(&claimed).expect("durable"));
+}
+
+/// Cancel safety of a take that must wait: the claim of a job whose lease ran out is durable
+/// before it is handed out, so the take awaits its sync; dropped while it awaits, it hands the
+/// job back at once (the attempt ends without a failure), and the job fires again now with the
+/// next attempt instead of when the new lease runs out (30 s by default).
+#[test]
+fn a_take_dropped_while_its_claim_awaits_the_sync_hands_the_job_back() {
+    let disk = FaultDisk::new(67);
+    let clock = ManualClock::new(T0);
+    let engine = Arc::new(open_sim(&disk, &clock));
+    let id = engine.schedule(JobSpec::at(T0)).expect("durable");
+    assert_eq!(engine.run_timers(), 1);
+    assert_eq!(engine.ready().try_iter().collect::<Vec<_>>(), vec![id]);
+    let first = engine.claim(id).expect("claim").expect("ready");
+    assert_eq!(first.attempt, 1);
+    engine.sync().expect("the first claim durable");
+    // The lease runs out: the job is ready again, its lease open in the log.
+    clock.set(first.lease_until_ms);
+    assert_eq!(engine.run_timers(), 1, "the lease ran out");
+    let held = HeldSyncs::new(&disk);
+    runtime().block_on(async {
+        let once = tokio::time::timeout(Duration::ZERO, engine.next_async()).await;
+        assert!(once.is_err(), "the claim awaited its sync and was dropped");
+    });
+    drop(held);
+    let job = engine.get(id).expect("live");
+    assert_eq!(
+        (job.state, job.attempt),
+        (timewheel::JobState::Scheduled, 2),
+        "attempt 2 was claimed, then handed back"
+    );
+    assert_eq!(engine.run_timers(), 1, "fires again at once");
+    let again = runtime()
+        .block_on(engine.next_async())
+        .expect("claimed")
+        .expect("a job");
+    assert_eq!((again.id, again.attempt), (id, 3));
+    assert!(engine.complete(&again).expect("durable"));
+}
+
+/// A take that waits to claim a job whose newest record is not durable yet (no job has two
+/// claims unsynced) and is dropped meanwhile puts the id back into the ready queue: the job is
+/// not left ready with its id taken until the claim deadline requeues it.
+#[test]
+fn a_take_dropped_while_it_waits_to_claim_puts_the_id_back() {
+    let disk = FaultDisk::new(68);
+    let clock = ManualClock::new(T0);
+    let engine = Arc::new(open_sim(&disk, &clock));
+    let id = engine.schedule(JobSpec::at(T0)).expect("durable");
+    assert_eq!(engine.run_timers(), 1);
+    assert_eq!(engine.ready().try_iter().collect::<Vec<_>>(), vec![id]);
+    let first = engine.claim(id).expect("claim").expect("ready");
+    // Its lease runs out before its claim is durable.
+    clock.set(first.lease_until_ms);
+    assert_eq!(engine.run_timers(), 1, "the lease ran out");
+    let held = HeldSyncs::new(&disk);
+    runtime().block_on(async {
+        let once = tokio::time::timeout(Duration::ZERO, engine.next_async()).await;
+        assert!(
+            once.is_err(),
+            "waited for the first claim's sync, and was dropped"
+        );
+    });
+    assert_eq!(
+        engine.ready().try_iter().collect::<Vec<_>>(),
+        vec![id],
+        "the id is back in the ready queue"
+    );
+    drop(held);
+    let again = engine.claim(id).expect("claim").expect("ready");
+    assert_eq!(again.attempt, 2);
+    assert!(engine.complete(&again).expect("durable"));
 }
 
 /// Holds a disk's syncs until dropped (also when a failed assertion unwinds, which would

@@ -16,9 +16,10 @@
 //! takes the same short locks. A future dropped while it waits leaves no hole: a change was
 //! applied before the wait; a schedule's batch goes back to the engine (`Pending`'s `Drop`),
 //! which makes it visible once durable (after the sync the durability thread leads for it); a
-//! take does not wait once it has claimed (claims are handed out before their sync), and jobs
-//! a dropped stream had claimed and not yielded go back at once (their attempts end without a
-//! failure, and they fire again with the next attempt). A call naming a job kept on disk beyond the horizon reads its
+//! take hands plain claims out before their sync and awaits one only for claims that must be
+//! durable first (of a job whose lease ran out); dropped while it awaits, it hands them back at
+//! once, as a dropped stream does the jobs it took and did not yield (their attempts end
+//! without a failure, and they fire again with the next attempt). A call naming a job kept on disk beyond the horizon reads its
 //! bucket file first, in the calling task, as the blocking call does.
 //!
 //! The crate docs carry the example.
@@ -331,9 +332,28 @@ impl Engine {
             if ids.is_empty() {
                 return Ok(Vec::new());
             }
-            // Claims are handed out without waiting for a sync (see `Engine::claim`).
-            let (claimed, _) = self.shared.claim_batch_nowait(&ids)?;
-            let claimed: Vec<Claimed> = claimed.into_iter().flatten().collect();
+            // Plain claims are handed out without waiting for a sync (see `Engine::claim`);
+            // what must be durable first is awaited, not waited for on this thread.
+            let mut round = self.shared.claim_round(&ids)?;
+            while !round.deferred.is_empty() {
+                // Dropped while it waits to claim them, the ids go back to the ready queue.
+                let waiting = GiveBack {
+                    shared: &self.shared,
+                    ids: round.deferred_ids(),
+                };
+                self.acknowledged(Some(round.covers)).await?;
+                let again = self
+                    .shared
+                    .claim_round(&std::mem::take(&mut { waiting }.ids))?;
+                round.merge(again);
+            }
+            // Dropped (or failed) while it waits, the claims go back: nobody got them.
+            let mut held = HandBack {
+                shared: &self.shared,
+                claimed: round.claimed.into_iter().flatten().collect(),
+            };
+            self.acknowledged(round.sync).await?;
+            let claimed = std::mem::take(&mut held.claimed);
             if !claimed.is_empty() {
                 return Ok(claimed);
             }
@@ -354,11 +374,12 @@ impl Engine {
     }
 }
 
-/// Claimed jobs nobody will get (a stream dropped with some it took in a batch and did not
-/// yield). Dropped, it ends their attempts at once, without a failure, so that the jobs fire
-/// again now with the next attempt instead of when their leases run out. Nothing is waited
-/// for: the records share the next sync, and if they are lost (a failed sync, a crash) the
-/// leases still run out as before.
+/// Claimed jobs nobody will get (a take dropped while it awaited the sync of claims that must
+/// be durable first, a stream dropped with jobs it took in a batch and did not yield).
+/// Dropped, it ends their attempts at once, without a failure, so that the jobs fire again
+/// now with the next attempt instead of when their leases run out. Nothing is waited for: the
+/// records share the next sync, and if they are lost (a failed sync, a crash) the leases still
+/// run out as before.
 struct HandBack<'a> {
     shared: &'a Shared,
     claimed: Vec<Claimed>,
@@ -379,6 +400,21 @@ impl Drop for HandBack<'_> {
             .collect();
         if let Err(e) = self.shared.end_attempts_nowait(&items) {
             tracing::debug!(error = %e, "claims of a dropped take were not handed back");
+        }
+    }
+}
+
+/// Ids taken off the ready queue that a take waits to claim. Dropped with any left (the take
+/// was dropped while it waited), it puts those still ready back into the queue.
+struct GiveBack<'a> {
+    shared: &'a Shared,
+    ids: Vec<JobId>,
+}
+
+impl Drop for GiveBack<'_> {
+    fn drop(&mut self) {
+        if !self.ids.is_empty() {
+            self.shared.lock_state().give_back(&self.ids);
         }
     }
 }

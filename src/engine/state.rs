@@ -998,6 +998,17 @@ impl State {
         self.refill();
     }
 
+    /// Puts ids taken off the ready channel and not claimed (a dropped async take that was
+    /// waiting to claim them) back into it, those still ready.
+    pub fn give_back(&mut self, ids: &[JobId]) {
+        for &id in ids {
+            if self.can_claim(id).is_some() {
+                self.taken(id, false);
+                self.deliver(id);
+            }
+        }
+    }
+
     /// Feeds the ready channel from the tenants' queues (fairness on), as far as it may.
     pub fn refill(&mut self) {
         if let (Some(fair), Some(tx)) = (self.fair.as_mut(), self.ready_tx.as_ref()) {

@@ -113,7 +113,8 @@ impl Engine {
     /// Claims many fired jobs with one log append; for each id, what [`Engine::claim`] would
     /// return.
     pub fn claim_batch(&self, ids: &[JobId]) -> Result<Vec<Option<Claimed>>> {
-        Ok(self.shared.claim_batch_nowait(ids)?.0)
+        let round = self.shared.claim_round(ids)?;
+        self.shared.finish_round(round)
     }
 
     /// Completes a claimed job, durably. Returns `false` when the claim is no longer the
@@ -175,13 +176,13 @@ impl Engine {
             }
         }
         if !ids.is_empty() {
-            let claimed = sh.claim_batch_nowait(&ids);
+            let round = sh.claim_round(&ids);
             // The completions are owed their durability, claims or not; the sync also takes
             // the claims appended after them along.
             if let Some(lsn) = completed {
                 sh.wait_acknowledged(lsn)?;
             }
-            let claimed: Vec<Claimed> = claimed?.0.into_iter().flatten().collect();
+            let claimed: Vec<Claimed> = sh.finish_round(round?)?.into_iter().flatten().collect();
             if !claimed.is_empty() {
                 return Ok(claimed);
             }
@@ -391,16 +392,61 @@ impl Engine {
     }
 }
 
+/// What one pass of claims did, and what must be waited for before its claims are handed out.
+pub(crate) struct ClaimRound {
+    /// For each id, its claim (`None`: not claimed, or deferred).
+    pub claimed: Vec<Option<Claimed>>,
+    /// An LSN that must be acknowledged before `claimed` is handed out: the round wrote more
+    /// than plain claims of waiting jobs (an `Expire` and the claim after it, a burial, a
+    /// skipped occurrence), which are durable before anyone sees them (`state::next_attempt`).
+    pub sync: Option<Lsn>,
+    /// Jobs whose newest record was not durable yet (their last claim, a pipelined
+    /// reschedule): claimed in another round once `covers` is acknowledged, so that no job has
+    /// two claims unsynced at once. By their place in `claimed`.
+    pub deferred: Vec<(usize, JobId)>,
+    pub covers: Lsn,
+}
+
+impl ClaimRound {
+    /// The ids to claim again once `covers` is acknowledged.
+    pub(crate) fn deferred_ids(&self) -> Vec<JobId> {
+        self.deferred.iter().map(|&(_, id)| id).collect()
+    }
+
+    /// Takes in the round that claimed `deferred_ids()`: its claims in their places, and what
+    /// it deferred again.
+    pub(crate) fn merge(&mut self, again: ClaimRound) {
+        for (&(at, _), c) in self.deferred.iter().zip(again.claimed) {
+            self.claimed[at] = c;
+        }
+        let places: Vec<usize> = self.deferred.iter().map(|&(at, _)| at).collect();
+        self.deferred = again
+            .deferred
+            .into_iter()
+            .map(|(i, id)| (places[i], id))
+            .collect();
+        self.covers = again.covers;
+        self.sync = again.sync.max(self.sync);
+    }
+}
+
 impl Shared {
-    /// Claims like [`Engine::claim_batch`]; also returns the LSN of the last record appended.
-    /// A job whose newest record is not durable yet (its last claim, a pipelined reschedule)
-    /// is claimed only after a sync has covered it: no job has two claims unsynced at once. A
-    /// job whose lease ran out (the log holds it open) is claimed durably: this waits for the
-    /// sync then (`state::next_attempt` says why).
-    pub(crate) fn claim_batch_nowait(
-        &self,
-        ids: &[JobId],
-    ) -> Result<(Vec<Option<Claimed>>, Option<Lsn>)> {
+    /// Claims a round, waiting on the disk as the round says, and returns the claims.
+    pub(crate) fn finish_round(&self, mut round: ClaimRound) -> Result<Vec<Option<Claimed>>> {
+        while !round.deferred.is_empty() {
+            self.wait_acknowledged(round.covers)?;
+            let again = self.claim_round(&round.deferred_ids())?;
+            round.merge(again);
+        }
+        if let Some(lsn) = round.sync {
+            self.wait_acknowledged(lsn)?;
+        }
+        Ok(round.claimed)
+    }
+
+    /// One round of claims like [`Engine::claim_batch`], without waiting: see [`ClaimRound`]
+    /// for what the caller must wait for before it hands the claims out.
+    pub(crate) fn claim_round(&self, ids: &[JobId]) -> Result<ClaimRound> {
         let sh = self;
         sh.check_open()?;
         let mut seen = IdSet::with_capacity_and_hasher(ids.len(), Default::default());
@@ -524,19 +570,12 @@ impl Shared {
                     .map(|(&id, at)| at.map(|at| state.claimed(id, at))),
             );
         }
-        if must_sync && let Some(lsn) = last_lsn {
-            sh.wait_acknowledged(lsn)?;
-        }
-        if !deferred.is_empty() {
-            sh.wait_acknowledged(covers)?;
-            let again: Vec<JobId> = deferred.iter().map(|&(_, id)| id).collect();
-            let (got, lsn) = sh.claim_batch_nowait(&again)?;
-            for ((at, _), c) in deferred.into_iter().zip(got) {
-                claimed[at] = c;
-            }
-            last_lsn = lsn.or(last_lsn);
-        }
-        Ok((claimed, last_lsn))
+        Ok(ClaimRound {
+            claimed,
+            sync: last_lsn.filter(|_| must_sync),
+            deferred,
+            covers,
+        })
     }
 
     /// A failure reason within `Config::fail_reason_bytes_max`.
