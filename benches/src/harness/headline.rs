@@ -56,9 +56,14 @@ const ROWS: &[Row] = &[
         label: "fire lateness, due to claim on the worker's clock (demo-like load)",
         workload: "lateness",
         ours: &[
-            ("timewheel", "p99", "p99"),
-            ("timewheel", "p99.9", "p99.9"),
-            ("timewheel", "max", "max"),
+            (
+                "timewheel, completes on a 2nd thread",
+                "p99",
+                "workers that only claim, p99",
+            ),
+            ("timewheel, completes on a 2nd thread", "p99.9", "p99.9"),
+            ("timewheel, completes on a 2nd thread", "max", "max"),
+            ("timewheel", "p99", "`complete_and_claim_next` rounds, p99"),
         ],
         peers: &[(
             "SQLite (polled every ms)",
