@@ -1,7 +1,7 @@
 //! The wire format: parsing a request line, rendering replies and events.
 //!
 //! Pure functions, no I/O, so that every rule of the contract (BRIEF.md section 4) is unit
-//! tested here. The serving loop in [`super::serve`](mod@super::serve) only moves lines around.
+//! tested here. The serving loop in `sidecar::serve` only moves lines around.
 
 use std::time::Duration;
 
