@@ -108,6 +108,21 @@ const REGRESSION_SEEDS: &[(u64, &str)] = &[
         5,
         "fairness: a cancel that freed a tenant's slot did not feed the channel",
     ),
+    (
+        73,
+        "claims off the sync path: a reschedule after a crash reset the job's count of crashes, \
+         and the number a claim the crash cut had used was handed out again",
+    ),
+    (
+        5652,
+        "claims off the sync path: a claim that failed waiting for an earlier record's sync had \
+         fed the fair queue (the model said it fed nothing)",
+    ),
+    (
+        133060022,
+        "claims off the sync path: a claim deferred until its job's previous claim was durable \
+         let the fair queue feed that job's id beside the claim the next round made of it",
+    ),
 ];
 
 fn env_u64(name: &str) -> Option<u64> {

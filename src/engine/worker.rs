@@ -567,7 +567,12 @@ impl Shared {
                 for id in unclaimed {
                     state.taken(id, false);
                 }
-                state.refill();
+                // A deferred job still waits in its tenant's queue: fed now, its id would
+                // stand in the channel beside the claim the next round makes of it. That
+                // round feeds the channel instead.
+                if deferred.is_empty() {
+                    state.refill();
+                }
             }
             claimed.extend(
                 chunk
