@@ -281,18 +281,8 @@ fn a_take_returns_its_claim_before_any_sync() {
 /// next attempt instead of when the new lease runs out (30 s by default).
 #[test]
 fn a_take_dropped_while_its_claim_awaits_the_sync_hands_the_job_back() {
-    let disk = FaultDisk::new(67);
-    let clock = ManualClock::new(T0);
-    let engine = Arc::new(open_sim(&disk, &clock));
-    let id = engine.schedule(JobSpec::at(T0)).expect("durable");
-    assert_eq!(engine.run_timers(), 1);
-    assert_eq!(engine.ready().try_iter().collect::<Vec<_>>(), vec![id]);
-    let first = engine.claim(id).expect("claim").expect("ready");
-    assert_eq!(first.attempt, 1);
-    engine.sync().expect("the first claim durable");
     // The lease runs out: the job is ready again, its lease open in the log.
-    clock.set(first.lease_until_ms);
-    assert_eq!(engine.run_timers(), 1, "the lease ran out");
+    let (disk, engine, id) = lease_ran_out(67, true);
     let held = HeldSyncs::new(&disk);
     runtime().block_on(async {
         let once = tokio::time::timeout(Duration::ZERO, engine.next_async()).await;
@@ -319,16 +309,8 @@ fn a_take_dropped_while_its_claim_awaits_the_sync_hands_the_job_back() {
 /// not left ready with its id taken until the claim deadline requeues it.
 #[test]
 fn a_take_dropped_while_it_waits_to_claim_puts_the_id_back() {
-    let disk = FaultDisk::new(68);
-    let clock = ManualClock::new(T0);
-    let engine = Arc::new(open_sim(&disk, &clock));
-    let id = engine.schedule(JobSpec::at(T0)).expect("durable");
-    assert_eq!(engine.run_timers(), 1);
-    assert_eq!(engine.ready().try_iter().collect::<Vec<_>>(), vec![id]);
-    let first = engine.claim(id).expect("claim").expect("ready");
     // Its lease runs out before its claim is durable.
-    clock.set(first.lease_until_ms);
-    assert_eq!(engine.run_timers(), 1, "the lease ran out");
+    let (disk, engine, id) = lease_ran_out(68, false);
     let held = HeldSyncs::new(&disk);
     runtime().block_on(async {
         let once = tokio::time::timeout(Duration::ZERO, engine.next_async()).await;
@@ -346,6 +328,25 @@ fn a_take_dropped_while_it_waits_to_claim_puts_the_id_back() {
     let again = engine.claim(id).expect("claim").expect("ready");
     assert_eq!(again.attempt, 2);
     assert!(engine.complete(&again).expect("durable"));
+}
+
+/// A job claimed once (attempt 1, made durable if `synced`) whose lease then ran out: it is
+/// ready again, its id alone in the ready queue.
+fn lease_ran_out(seed: u64, synced: bool) -> (FaultDisk, Arc<Engine>, timewheel::JobId) {
+    let disk = FaultDisk::new(seed);
+    let clock = ManualClock::new(T0);
+    let engine = Arc::new(open_sim(&disk, &clock));
+    let id = engine.schedule(JobSpec::at(T0)).expect("durable");
+    assert_eq!(engine.run_timers(), 1);
+    assert_eq!(engine.ready().try_iter().collect::<Vec<_>>(), vec![id]);
+    let first = engine.claim(id).expect("claim").expect("ready");
+    assert_eq!(first.attempt, 1);
+    if synced {
+        engine.sync().expect("the first claim durable");
+    }
+    clock.set(first.lease_until_ms);
+    assert_eq!(engine.run_timers(), 1, "the lease ran out");
+    (disk, engine, id)
 }
 
 /// Holds a disk's syncs until dropped (also when a failed assertion unwinds, which would
