@@ -18,7 +18,9 @@ use std::sync::{Arc, LazyLock};
 
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use timewheel::{Backoff, Claimed, Clock, Config, Engine, JobId, ManualClock, Pending, RetryPolicy};
+use timewheel::{
+    Backoff, Claimed, Clock, Config, Engine, JobId, ManualClock, Pending, RetryPolicy,
+};
 use timewheel_wal::testing::{CrashOptions, FaultDisk};
 
 #[path = "../../tests/model/mod.rs"]
@@ -324,7 +326,9 @@ impl Sim {
             Op::Batch { n, due, spread_ms } => {
                 let first = self.due(due);
                 let specs = (0..1 + n % BATCH_JOBS_MAX)
-                    .map(|i| Spec::plain(first + u64::from(i) * u64::from(spread_ms), vec![i], false))
+                    .map(|i| {
+                        Spec::plain(first + u64::from(i) * u64::from(spread_ms), vec![i], false)
+                    })
                     .collect();
                 self.schedule(specs, true);
             }
@@ -435,7 +439,9 @@ impl Sim {
                     }
                     _ => {
                         let lease = std::time::Duration::from_millis(ms.max(1));
-                        let got = engine.extend_lease(&c, lease).expect("extend on a healthy disk");
+                        let got = engine
+                            .extend_lease(&c, lease)
+                            .expect("extend on a healthy disk");
                         check(self.model.extended(&c, ms.max(1), Ok(got)));
                         return;
                     }
@@ -458,7 +464,9 @@ impl Sim {
             Op::CancelByKey { key } => {
                 let key = format!("k{}", key % KEYS).into_bytes();
                 let engine = self.engine.as_ref().expect("open");
-                let got = engine.cancel_by_key(&key).expect("cancel on a healthy disk");
+                let got = engine
+                    .cancel_by_key(&key)
+                    .expect("cancel on a healthy disk");
                 check(self.model.cancel_by_key(&key, Ok(got), engine));
             }
             Op::Requeue { pick } | Op::Purge { pick, all: false } => {

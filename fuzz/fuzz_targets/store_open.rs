@@ -24,12 +24,26 @@ const EDIT_BYTES_MAX: usize = 64;
 #[derive(Arbitrary, Debug)]
 enum Edit {
     /// Write bytes into the `file`-th store file (by name order) at `offset` (modulo its length).
-    Write { file: u8, offset: u32, bytes: Vec<u8> },
+    Write {
+        file: u8,
+        offset: u32,
+        bytes: Vec<u8>,
+    },
     /// Cut the file to `len` bytes (modulo its length).
-    Cut { file: u8, len: u32 },
-    Remove { file: u8 },
+    Cut {
+        file: u8,
+        len: u32,
+    },
+    Remove {
+        file: u8,
+    },
     /// A file with this name pattern and contents: 0 a manifest, 1 a temporary manifest, 2 a run.
-    Add { kind: u8, bucket: u32, generation: u8, bytes: Vec<u8> },
+    Add {
+        kind: u8,
+        bucket: u32,
+        generation: u8,
+        bytes: Vec<u8>,
+    },
 }
 
 fn config() -> Config {
@@ -60,7 +74,11 @@ fn put_file(disk: &FaultDisk, name: &str, bytes: &[u8]) {
 
 fn view(engine: &Engine, ids: &[JobId]) -> Vec<(JobId, u64, u32, Vec<u8>)> {
     ids.iter()
-        .filter_map(|&id| engine.get(id).map(|j| (id, j.due_ms, j.attempt, j.payload.to_vec())))
+        .filter_map(|&id| {
+            engine
+                .get(id)
+                .map(|j| (id, j.due_ms, j.attempt, j.payload.to_vec()))
+        })
         .collect()
 }
 
@@ -74,12 +92,18 @@ fuzz_target!(|data: &[u8]| {
     let mut ids = Vec::new();
     for round in 0..4u64 {
         let specs = (0..40u64).map(|i| {
-            JobSpec::at(T0 + (i * 7 + round * 13 + u64::from(seed)) % 9 * HOUR).payload(vec![i as u8; (i % 30) as usize])
+            JobSpec::at(T0 + (i * 7 + round * 13 + u64::from(seed)) % 9 * HOUR)
+                .payload(vec![i as u8; (i % 30) as usize])
         });
         let new = engine.schedule_batch(specs).expect("schedule");
         let cancel: Vec<JobId> = new.iter().copied().step_by(3).collect();
         engine.cancel_batch(&cancel).expect("cancel");
-        let moves: Vec<(JobId, u64)> = new.iter().skip(1).step_by(4).map(|&id| (id, T0 + 11 * HOUR)).collect();
+        let moves: Vec<(JobId, u64)> = new
+            .iter()
+            .skip(1)
+            .step_by(4)
+            .map(|&id| (id, T0 + 11 * HOUR))
+            .collect();
         engine.reschedule_batch(&moves).expect("reschedule");
         ids.extend(new);
         while engine.compact().expect("compact").records > 0 {}
@@ -99,7 +123,11 @@ fuzz_target!(|data: &[u8]| {
         let files = store_files(&disk);
         let pick = |i: u8| (!files.is_empty()).then(|| files[usize::from(i) % files.len()].clone());
         match edit {
-            Edit::Write { file, offset, mut bytes } => {
+            Edit::Write {
+                file,
+                offset,
+                mut bytes,
+            } => {
                 let Some(name) = pick(file) else { continue };
                 let len = disk.live_file(&name).map_or(0, |b| b.len());
                 if len == 0 {
@@ -112,15 +140,26 @@ fuzz_target!(|data: &[u8]| {
             }
             Edit::Cut { file, len } => {
                 let Some(name) = pick(file) else { continue };
-                let Some(old) = disk.live_file(&name) else { continue };
-                let keep = if old.is_empty() { 0 } else { len as usize % old.len() };
+                let Some(old) = disk.live_file(&name) else {
+                    continue;
+                };
+                let keep = if old.is_empty() {
+                    0
+                } else {
+                    len as usize % old.len()
+                };
                 put_file(&disk, &name, &old[..keep]);
             }
             Edit::Remove { file } => {
                 let Some(name) = pick(file) else { continue };
                 put_file(&disk, &name, &[]);
             }
-            Edit::Add { kind, bucket, generation, mut bytes } => {
+            Edit::Add {
+                kind,
+                bucket,
+                generation,
+                mut bytes,
+            } => {
                 bytes.truncate(4 * EDIT_BYTES_MAX);
                 let name = match kind % 3 {
                     0 => "MANIFEST".to_owned(),
@@ -134,7 +173,11 @@ fuzz_target!(|data: &[u8]| {
     match open(&disk) {
         Ok(engine) => {
             if !edited {
-                assert_eq!(view(&engine, &ids), before, "an unedited directory reopens as it was");
+                assert_eq!(
+                    view(&engine, &ids),
+                    before,
+                    "an unedited directory reopens as it was"
+                );
             }
             let _ = engine.compact();
             drop(engine);

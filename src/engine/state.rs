@@ -1000,6 +1000,7 @@ impl State {
 
     /// Puts ids taken off the ready channel and not claimed (a dropped async take that was
     /// waiting to claim them) back into it, those still ready.
+    #[cfg(feature = "async")]
     pub fn give_back(&mut self, ids: &[JobId]) {
         for &id in ids {
             if self.can_claim(id).is_some() {
