@@ -44,9 +44,33 @@ fn claim(n: u64, attempt: u32) -> Event<'static> {
 }
 
 /// Writes `events` (and raw `(type, flags, body)` records after them) as a log, then opens an
-/// engine on it.
+/// engine on it, twice: reading the log on the replaying thread (the simulation's disk), and
+/// reading it ahead on a second thread (real files); both must end alike.
 fn open_log(events: &[Event<'_>], raw: &[(u8, u8, Vec<u8>)]) -> Result<Engine, Error> {
+    let one = open_log_reading(events, raw, false);
+    let ahead = open_log_reading(events, raw, true);
+    match (&one, &ahead) {
+        (Ok(a), Ok(b)) => {
+            let counts = |s: timewheel::Stats| (s.scheduled, s.ready, s.running, s.dead);
+            assert_eq!(counts(a.stats()), counts(b.stats()));
+        }
+        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+        _ => panic!(
+            "read ahead, the open ended otherwise: {:?} against {:?}",
+            one.as_ref().err(),
+            ahead.as_ref().err()
+        ),
+    }
+    one
+}
+
+fn open_log_reading(
+    events: &[Event<'_>],
+    raw: &[(u8, u8, Vec<u8>)],
+    read_ahead: bool,
+) -> Result<Engine, Error> {
     let disk = FaultDisk::new(7);
+    disk.allow_parallel_reads(read_ahead);
     let cfg = config();
     let opts = WalOptions {
         segment_bytes: cfg.segment_bytes,

@@ -1,7 +1,7 @@
 //! Rebuilding the engine's state from the log on open.
 //!
 //! The log has already been scanned and any torn tail cut off (`Wal::open`). Every record is
-//! replayed in log order through the same transition function the live calls use
+//! replayed in log order (read ahead on a second thread over real files: `read_ahead`) through the same transition function the live calls use
 //! ([`State::apply`], and the id rules of [`IdLedger`]); a record that function refuses could
 //! not have been written by this engine, and the open fails with `Error::UndecodableRecord` naming its
 //! LSN. Then the timers are armed:
@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use timewheel_wal::format::FLAG_SKIPPABLE;
 use timewheel_wal::storage::Storage;
-use timewheel_wal::{RecoveryReport, Wal};
+use timewheel_wal::{Lsn, RecoveryReport, Wal};
 
 use super::ids::IdLedger;
 use super::state::{Mode, State};
@@ -41,6 +41,98 @@ fn admit_schedule(
         return Err("job id does not name the job's home bucket");
     }
     ids.admit_schedule(s.id.seq())
+}
+
+/// Records a batch of the read-ahead carries, at most.
+const READ_AHEAD_RECORDS: usize = 4096;
+/// Body bytes a batch of the read-ahead carries, about (a larger record still goes whole).
+const READ_AHEAD_BYTES: usize = 1 << 20;
+/// Batches read and not yet replayed, at most.
+const READ_AHEAD_BATCHES: usize = 4;
+
+/// Records read from the journal on a second thread, ready for replay: bodies back to back.
+#[derive(Default)]
+struct ReadBatch {
+    bodies: Vec<u8>,
+    /// LSN, type, flags and the end of its body in `bodies` (it starts where the one before
+    /// ends).
+    records: Vec<(Lsn, u8, u8, usize)>,
+    /// The read failed after the records above (the last batch).
+    error: Option<timewheel_wal::Error>,
+}
+
+/// Reads the journal from `from` on a second thread and hands each record to `replay_one`
+/// on this one, in LSN order. Replay is the open's longest part and runs on one thread (the
+/// state machine is sequential); the reads, checksums and copies of each record (a quarter of
+/// that thread's time, at 10M schedules) overlap it instead of adding to it. The first
+/// error, the reader's or `replay_one`'s, ends it.
+fn read_ahead<S: Storage>(
+    wal: &Wal<S>,
+    from: Lsn,
+    replay_one: &mut impl FnMut(Lsn, u8, u8, &[u8]) -> Result<()>,
+) -> Result<()> {
+    let (full_tx, full_rx) = crossbeam_channel::bounded::<ReadBatch>(READ_AHEAD_BATCHES);
+    let (empty_tx, empty_rx) = crossbeam_channel::bounded::<ReadBatch>(READ_AHEAD_BATCHES + 1);
+    std::thread::scope(|scope| {
+        let reader = std::thread::Builder::new()
+            .name("timewheel-replay-read".into())
+            .spawn_scoped(scope, move || {
+                let mut iter = wal.iter_from(from);
+                loop {
+                    let mut batch = empty_rx.try_recv().unwrap_or_default();
+                    batch.bodies.clear();
+                    batch.records.clear();
+                    let mut last = false;
+                    while batch.records.len() < READ_AHEAD_RECORDS
+                        && batch.bodies.len() < READ_AHEAD_BYTES
+                    {
+                        match iter.next_ref() {
+                            None => {
+                                last = true;
+                                break;
+                            }
+                            Some(Err(e)) => {
+                                batch.error = Some(e);
+                                last = true;
+                                break;
+                            }
+                            Some(Ok(r)) => {
+                                batch.bodies.extend_from_slice(r.body);
+                                let end = batch.bodies.len();
+                                batch.records.push((r.lsn, r.record_type, r.flags, end));
+                            }
+                        }
+                    }
+                    // Gone: replay refused a record and stopped.
+                    if full_tx.send(batch).is_err() || last {
+                        return;
+                    }
+                }
+            });
+        let reader = match reader {
+            Ok(reader) => reader,
+            Err(e) => return Err(Error::Io(e)),
+        };
+        let replayed = (|| {
+            for mut batch in full_rx.iter() {
+                let mut start = 0;
+                for &(lsn, record_type, flags, end) in &batch.records {
+                    replay_one(lsn, record_type, flags, &batch.bodies[start..end])?;
+                    start = end;
+                }
+                if let Some(e) = batch.error.take() {
+                    return Err(Error::from(e));
+                }
+                let _ = empty_tx.try_send(batch);
+            }
+            Ok(())
+        })();
+        drop(full_rx);
+        if let Err(panic) = reader.join() {
+            std::panic::resume_unwind(panic);
+        }
+        replayed
+    })
 }
 
 /// What replay rebuilt.
@@ -134,20 +226,15 @@ pub(super) fn replay<S: Storage>(
     };
     let mut records = 0u64;
     let mut skipped = 0u64;
-    let mut iter = wal.iter_from(manifest.covered_lsn + 1);
-    while let Some(record) = iter.next_ref() {
-        let record = record?;
+    let mut replay_one = |lsn: Lsn, record_type: u8, flags: u8, body: &[u8]| -> Result<()> {
         records += 1;
-        let refuse = |reason: String| Error::UndecodableRecord {
-            lsn: record.lsn,
-            reason,
-        };
-        let event = match Event::decode(record.record_type, record.body) {
+        let refuse = |reason: String| Error::UndecodableRecord { lsn, reason };
+        let event = match Event::decode(record_type, body) {
             Ok(event) => event,
             // A later version's record that it marked safe to ignore.
-            Err(_) if record.flags & FLAG_SKIPPABLE != 0 => {
+            Err(_) if flags & FLAG_SKIPPABLE != 0 => {
                 skipped += 1;
-                continue;
+                return Ok(());
             }
             Err(e) => return Err(refuse(e.to_string())),
         };
@@ -176,7 +263,6 @@ pub(super) fn replay<S: Storage>(
             Event::Schedule(s) => admit_schedule(&mut ids, s),
             _ => Ok(()),
         };
-        let lsn = record.lsn;
         admitted
             .and_then(|()| state.apply(&event, Mode::Replay))
             .map(|()| {
@@ -189,9 +275,19 @@ pub(super) fn replay<S: Storage>(
                     .id()
                     .map_or(String::new(), |id| format!(" (job {id})"));
                 refuse(format!("{why}{job}"))
-            })?;
+            })
+    };
+    let from = manifest.covered_lsn + 1;
+    if wal.storage().parallel_reads() {
+        read_ahead(wal, from, &mut replay_one)?;
+    } else {
+        // The simulation's disk: one thread, so that its faults come in a fixed order.
+        let mut iter = wal.iter_from(from);
+        while let Some(record) = iter.next_ref() {
+            let r = record?;
+            replay_one(r.lsn, r.record_type, r.flags, r.body)?;
+        }
     }
-    drop(iter);
     let live = state.jobs.len() as u64;
     let armed = state.arm_after_replay(open_started_ms);
     let recovery = RecoveryStats {

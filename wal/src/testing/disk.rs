@@ -127,6 +127,8 @@ pub(crate) struct DiskState {
     pub(super) read_failure: SyncFailure,
     pub(super) enospc: bool,
     pub(super) capacity_bytes: Option<u64>,
+    /// What the storages say to [`Storage::parallel_reads`](crate::storage::Storage).
+    pub(super) parallel_reads: bool,
     pub(crate) stats: FaultStats,
 }
 
@@ -146,6 +148,7 @@ impl DiskState {
             read_failure: SyncFailure::Never,
             enospc: false,
             capacity_bytes: None,
+            parallel_reads: false,
             stats,
         }
     }
@@ -292,6 +295,14 @@ impl FaultDisk {
     /// failure.
     pub fn seed(&self) -> u64 {
         self.lock().seed
+    }
+
+    /// Lets the storages say that reads may run on several threads, as real files do, so that
+    /// a test drives the code that reads ahead (recovery's scan, replay's reads) on this disk.
+    /// Off by default: the order of the calls then varies from run to run, and a seed no
+    /// longer fixes what happens.
+    pub fn allow_parallel_reads(&self, allow: bool) {
+        self.lock().parallel_reads = allow;
     }
 
     /// Holds every sync (file or directory) that starts from now on until `hold_syncs(false)`:

@@ -48,6 +48,12 @@ impl Storage for FaultStorage {
         false
     }
 
+    /// `false` (one thread, the seed's order) unless a test asked for the real files' answer
+    /// ([`FaultDisk::allow_parallel_reads`]).
+    fn parallel_reads(&self) -> bool {
+        self.disk.lock().parallel_reads
+    }
+
     fn try_lock(&self) -> io::Result<bool> {
         let mut s = self.disk.lock();
         match s.lock_owner {

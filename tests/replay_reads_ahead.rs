@@ -1,0 +1,105 @@
+//! On real files, replay reads the journal ahead on a second thread while it applies the
+//! records on its own: the open must rebuild exactly what reading on one thread rebuilds,
+//! across many of the reader's batches, with records larger than a batch's bytes, with the
+//! changes that follow a job's schedule (cancels, reschedules, claims, completions), and
+//! after a crash. The fault disk reads on one thread unless a test allows it otherwise
+//! (`FaultDisk::allow_parallel_reads`), so both ways run here on copies of one disk.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use common::{T0, config};
+use timewheel::{Config, Engine, JobId, JobSpec, JobState, ManualClock};
+use timewheel_wal::testing::{CrashOptions, FaultDisk};
+
+const HOUR: u64 = 3_600_000;
+
+fn cfg() -> Config {
+    let mut c = config();
+    c.payload_bytes_max = 128 << 10;
+    c.segment_bytes = 4 << 20;
+    // Every record stays in the journal: no pass folds it into bucket files.
+    c.compact_interval_ms = 0;
+    c
+}
+
+/// What a job looks like from outside: state, due time, attempt and payload.
+type View = BTreeMap<JobId, (JobState, u64, u32, Vec<u8>)>;
+
+fn view(engine: &Engine, ids: &[JobId]) -> View {
+    ids.iter()
+        .filter_map(|&id| {
+            engine
+                .get(id)
+                .map(|j| (id, (j.state, j.due_ms, j.attempt, j.payload.to_vec())))
+        })
+        .collect()
+}
+
+fn open(disk: &FaultDisk, clock: &ManualClock, read_ahead: bool) -> Engine {
+    disk.allow_parallel_reads(read_ahead);
+    Engine::open_on(disk.storage(), cfg(), Arc::new(clock.clone())).expect("the engine opens")
+}
+
+#[test]
+fn reading_ahead_rebuilds_what_reading_on_one_thread_does() {
+    let disk = FaultDisk::new(11);
+    let clock = ManualClock::new(T0);
+    let mut ids = Vec::new();
+    {
+        let engine = open(&disk, &clock, false);
+        // About 20,000 records (several of the reader's batches), and 24 payloads of 100 KiB
+        // (larger than a batch's bytes together: batches that end on size, not on count).
+        for round in 0..20u64 {
+            let specs = (0..1_000u64).map(|i| {
+                let n = round * 1_000 + i;
+                let len = if n % 829 == 1 {
+                    100 << 10
+                } else {
+                    (n % 40) as usize
+                };
+                JobSpec::at(T0 + HOUR + (n * 7_919) % (3 * HOUR)).payload(vec![n as u8; len])
+            });
+            ids.extend(engine.schedule_batch(specs).expect("schedule"));
+        }
+        let cancel: Vec<JobId> = ids.iter().copied().step_by(7).collect();
+        engine.cancel_batch(&cancel).expect("cancel");
+        let moves: Vec<(JobId, u64)> = ids
+            .iter()
+            .skip(3)
+            .step_by(11)
+            .map(|&id| (id, T0 + 100))
+            .collect();
+        engine.reschedule_batch(&moves).expect("reschedule");
+        // The moved jobs fire: some are claimed, half of those completed.
+        clock.set(T0 + 200);
+        engine.run_timers();
+        let fired: Vec<JobId> = engine.ready().try_iter().take(500).collect();
+        let claimed = engine.claim_batch(&fired).expect("claim");
+        assert!(
+            claimed.iter().all(Option::is_some),
+            "every fired job is claimed"
+        );
+        for c in claimed.iter().flatten().step_by(2) {
+            engine.complete(c).expect("complete");
+        }
+        // Abandoned, as in a crash: what was acknowledged is durable.
+    }
+    let disk = disk.crash(&CrashOptions::clean());
+    let one = {
+        let engine = open(&disk, &clock, false);
+        let v = view(&engine, &ids);
+        drop(engine);
+        v
+    };
+    assert!(one.len() > 15_000, "most jobs are live: {}", one.len());
+    assert!(one.values().any(|j| j.3.len() == 100 << 10));
+    assert!(one.values().any(|j| j.2 == 1), "claims were replayed");
+    for round in 0..2 {
+        let engine = open(&disk, &clock, true);
+        assert_eq!(view(&engine, &ids), one, "round {round}: read ahead");
+        drop(engine);
+    }
+}
