@@ -663,7 +663,7 @@ impl StorageFile for MmapFile {
                 let n = PAGE_ZERO_BYTES.min(piece_end - offset);
                 f.file.write_all_at(&zeros[..n], offset as u64)?;
                 offset += n;
-                if offset % ZERO_BURST_BYTES == 0 {
+                if offset.is_multiple_of(ZERO_BURST_BYTES) {
                     std::thread::yield_now();
                 }
             }
