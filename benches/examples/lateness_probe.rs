@@ -1,6 +1,7 @@
 //! The `lateness` workload alone, for a profiler: `cargo run --release -p timewheel-benches
-//! --example lateness_probe -- [JOBS] [round|handoff]` (default 300,000 jobs, due over
-//! JOBS / 100 ms, so ~100k fires/s; two workers) prints the lateness on the worker's clock
+//! --example lateness_probe -- [JOBS] [round|handoff] [compacting]` (default 300,000 jobs,
+//! due over JOBS / 100 ms, so ~100k fires/s; two workers; with `compacting`, compaction
+//! folds a journal of 3 x JOBS more jobs beside the fires) prints the lateness on the worker's clock
 //! and the engine's own (due to ready queue), in µs. Under `perf sched record` it shows who
 //! held the CPUs while a fired job waited.
 
@@ -14,8 +15,9 @@ fn main() {
         Some("handoff") => Workers::Handoff,
         Some(other) => panic!("unknown worker loop {other:?}: round or handoff"),
     };
+    let compacting = args.next().as_deref() == Some("compacting");
     let dir = std::env::temp_dir().join(format!("timewheel-lateness-probe-{}", std::process::id()));
-    let l = lateness(&dir, jobs, 1_000, false, workers);
+    let l = lateness(&dir, jobs, 1_000, compacting, workers);
     let p = |name: &str, q: &timewheel_benches::engine::Percentiles| {
         println!(
             "{name}: p50 {:.0} p90 {:.0} p99 {:.0} p99.9 {:.0} max {:.0} µs",

@@ -109,10 +109,8 @@ const O_DIRECT: Option<i32> = None;
 /// Bytes per `O_DIRECT` read (through one page-aligned anonymous buffer).
 const DIRECT_READ_CHUNK_BYTES: usize = 1 << 20;
 
-/// Longest range one `MADV_POPULATE_READ` call maps (see [`StorageFile::prefault`]); the
-/// thread yields the CPU after each (a 1 MiB call ran up to 8.7 ms at an open, pages read
-/// from the disk, on a kernel that does not preempt it).
-const POPULATE_PIECE_BYTES: usize = 256 << 10;
+/// Longest range one `MADV_POPULATE_READ` call maps (see [`StorageFile::prefault`]).
+const POPULATE_PIECE_BYTES: usize = 1 << 20;
 
 /// Bytes per zero write when [`StorageFile::prefault`] writes a fresh file's blocks: one page,
 /// so that the page cache holds the file in single-page folios (see "Page-sized folios").
@@ -120,10 +118,6 @@ const PAGE_ZERO_BYTES: usize = 4096;
 
 /// Zeros written and written back per step when [`StorageFile::prefault`] prepares a file.
 const ZERO_PIECE_BYTES: usize = 1 << 20;
-
-/// Zeros written between two yields of the CPU when [`StorageFile::prefault`] prepares a
-/// file: about 0.2-0.3 ms of page-sized writes.
-const ZERO_BURST_BYTES: usize = 64 << 10;
 
 /// Writes back `start .. start + len` and waits for it (`sync_file_range`, data only: the
 /// caller's `fdatasync` later makes the blocks' metadata durable). Elsewhere than Linux, does
@@ -651,11 +645,6 @@ impl StorageFile for MmapFile {
         // commit's sync. (Written at once, the 64 MiB went to the device as one burst of
         // write-back, and the commits of the segment in use waited behind it: tenant 2's p99
         // in the fairness workload went from 20-30 ms to 50-230 ms.)
-        //
-        // And it steps aside every `ZERO_BURST_BYTES`: a piece of page-sized writes is 3-5 ms
-        // on the CPU, and the scheduler let the thread run all of it while a worker woken on
-        // this CPU waited (`perf sched timehist` of the lateness workload: a wake-up delayed
-        // 3.7 ms behind a 4.8 ms run of this thread).
         let zeros = [0u8; PAGE_ZERO_BYTES];
         let mut offset = 0usize;
         while offset < len {
@@ -665,9 +654,6 @@ impl StorageFile for MmapFile {
                 let n = PAGE_ZERO_BYTES.min(piece_end - offset);
                 f.file.write_all_at(&zeros[..n], offset as u64)?;
                 offset += n;
-                if offset.is_multiple_of(ZERO_BURST_BYTES) {
-                    std::thread::yield_now();
-                }
             }
             write_back_and_wait(&f.file, piece_start, piece_end - piece_start)?;
         }
@@ -697,7 +683,6 @@ impl StorageFile for MmapFile {
                 Err(e) => return Err(e),
             }
             at += n;
-            std::thread::yield_now();
         }
         Ok(())
     }
