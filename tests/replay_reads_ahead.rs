@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use common::{T0, config};
-use timewheel::{Config, Engine, JobId, JobSpec, JobState, ManualClock};
-use timewheel_wal::testing::{CrashOptions, FaultDisk};
+use timewheel::{Config, Engine, Error, JobId, JobSpec, JobState, ManualClock};
+use timewheel_wal::testing::{CrashOptions, FaultDisk, SyncFailure};
 
 const HOUR: u64 = 3_600_000;
 
@@ -101,5 +101,48 @@ fn reading_ahead_rebuilds_what_reading_on_one_thread_does() {
         let engine = open(&disk, &clock, true);
         assert_eq!(view(&engine, &ids), one, "round {round}: read ahead");
         drop(engine);
+    }
+}
+
+/// A read that fails while replay reads ahead ends the open with that I/O error, as it does
+/// when replay reads on its own thread: never a panic, a hang, or an open that goes on without
+/// the records it could not read. The last reads of an open are replay's, so failing the last
+/// few fails the reader thread's.
+#[test]
+fn a_read_error_while_reading_ahead_fails_the_open() {
+    let disk = FaultDisk::new(12);
+    let clock = ManualClock::new(T0);
+    {
+        let engine = open(&disk, &clock, false);
+        for round in 0..10u64 {
+            let specs = (0..1_000u64)
+                .map(|i| JobSpec::at(T0 + HOUR + round * 1_000 + i).payload(vec![i as u8; 20]));
+            engine.schedule_batch(specs).expect("schedule");
+        }
+    }
+    let base = disk.crash(&CrashOptions::clean());
+    // How many reads a whole open makes, reading ahead (the same every time: nothing fails).
+    let reads = {
+        let d = base.crash(&CrashOptions::clean());
+        let before = d.stats().reads;
+        drop(open(&d, &clock, true));
+        d.stats().reads - before
+    };
+    assert!(reads > 10, "an open reads: {reads}");
+    for last in [1, 2, 3, 5, 8] {
+        for read_ahead in [false, true] {
+            let d = base.crash(&CrashOptions::clean());
+            d.allow_parallel_reads(read_ahead);
+            d.set_read_failure(SyncFailure::AlwaysAfterN(reads - last));
+            let opened = Engine::open_on(d.storage(), cfg(), Arc::new(clock.clone()));
+            match opened {
+                Err(Error::Io(_)) => assert!(d.stats().failed_reads > 0),
+                Err(e) => panic!("the last {last} reads failed: {e:?}, not an I/O error"),
+                Ok(_) => panic!(
+                    "the last {last} of {reads} reads failed (read ahead: {read_ahead}), \
+                     and the open succeeded"
+                ),
+            }
+        }
     }
 }

@@ -60,6 +60,9 @@ pub struct FaultStats {
     pub failed_syncs: u64,
     /// Reads that returned `EIO` (a read failure policy, or a bad sector).
     pub failed_reads: u64,
+    /// Reads that met the read failure policy: every read, failed or not, but those of a bad
+    /// sector (which fail before it).
+    pub reads: u64,
     /// Sectors that a failed sync marked clean without persisting them.
     pub sectors_dropped: u64,
     /// Sectors that successful syncs persisted.
@@ -165,6 +168,7 @@ impl DiskState {
 
     /// Consumes one read against the read failure policy; `true` if it must fail.
     pub(super) fn read_fails(&mut self) -> bool {
+        self.stats.reads += 1;
         let (fails, next) = self.read_failure.step();
         self.read_failure = next;
         fails
