@@ -97,6 +97,9 @@ pub(crate) struct Shared {
     wakers: asynch::Wakers,
 }
 
+/// An idempotency key with its hash ([`table::key_hash`]), computed once per call.
+type HashedKey = (u64, Arc<[u8]>);
+
 /// Schedules appended to the log but not yet durable, nor visible: pass it to
 /// [`Engine::commit`], which waits for them to be durable and returns `Ok` once they are
 /// visible. Dropped instead (an async schedule's future dropped while it waits for the sync,
@@ -113,9 +116,9 @@ pub struct Pending {
     /// The schedule records, exactly as appended.
     body: Vec<u8>,
     ends: Vec<usize>,
-    /// The key of each new job (one per record, or none at all when no record names a key),
-    /// the allocation the key table holds: it becomes the job's own record of its key.
-    keys: Vec<Option<Arc<[u8]>>>,
+    /// The key of each new job with its hash (one per record, or none at all when no record
+    /// names a key), the allocation the key table holds.
+    keys: Vec<Option<HashedKey>>,
     /// The end of the batch's range of sequence numbers the key table holds unseen
     /// ([`table::KeyIndex::note_unseen`]), when some new job has a key.
     unseen_end: Option<u64>,
@@ -329,7 +332,7 @@ impl Engine {
         let mut body = Vec::with_capacity(specs.len() * 48);
         let mut ends = Vec::with_capacity(specs.len());
         // Each key with its hash, computed here, outside every lock.
-        let mut keys: Vec<Option<(u64, Arc<[u8]>)>> = Vec::new();
+        let mut keys: Vec<Option<HashedKey>> = Vec::new();
         let mut recur_bytes = Vec::new();
         for (spec, &due_ms) in specs.iter().zip(&dues) {
             recur_bytes.clear();
@@ -519,16 +522,16 @@ impl Engine {
             state.counters.deduplicated += (ids.len() - new_ids.len()) as u64;
         }
         let named_existing = new_ids.len() < ids.len();
-        // Each new job's key, moved: the table holds its own count of the same allocation.
-        // `named` has one entry per spec whenever some spec names a key.
-        let (keys, unseen_end): (Vec<Option<Arc<[u8]>>>, _) = if keys.is_empty() {
+        // Each new job's key and its hash, moved: the table holds its own count of the same
+        // allocation. `named` has one entry per spec whenever some spec names a key.
+        let (keys, unseen_end): (Vec<Option<HashedKey>>, _) = if keys.is_empty() {
             (Vec::new(), None)
         } else {
             let keys = keys
                 .into_iter()
                 .zip(&named)
                 .filter(|(_, n)| **n == Named::New)
-                .map(|(k, _)| k.map(|(_, k)| k))
+                .map(|(k, _)| k)
                 .collect();
             (keys, Some(next_seq + new_ids.len() as u64))
         };
@@ -599,7 +602,7 @@ impl Shared {
                     .keys
                     .get_mut(c * CHUNK + j)
                     .and_then(Option::take)
-                    .map(state::TakenKey);
+                    .map(|(hash, key)| state::TakenKey { hash, key });
                 state
                     .apply_taken(&event, key)
                     .expect("a new id is not in the table");

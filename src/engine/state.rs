@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::table::{
-    Counters, Dead, Extra, ExtraMap, IdSet, Job, JobMap, KeyIndex, Payload, key_hash,
+    Counters, Dead, Extra, ExtraMap, IdSet, Job, JobMap, KeyIndex, KeyOfMap, Payload, key_hash,
 };
 use crate::job::{Claimed, DeadJob, JobId, JobInfo, JobQuery, JobState};
 use crate::record::{
@@ -27,8 +27,11 @@ use crate::store::compact::FarJob;
 use crate::wheel::TimingWheel;
 
 /// An idempotency key the key table already names a new job as the holder of: taken when
-/// its schedule was appended, the job's own from its commit on.
-pub(crate) struct TakenKey(pub Arc<[u8]>);
+/// its schedule was appended, the job's own from its commit on. With its hash.
+pub(crate) struct TakenKey {
+    pub hash: u64,
+    pub key: Arc<[u8]>,
+}
 
 /// Whether a record is applied by a live call or by replay: replay keeps no timers (they are
 /// armed once the whole log is read).
@@ -77,6 +80,10 @@ pub(crate) struct State {
     pub far_resident: IdSet,
     /// Tenants, retry policies and failure reasons of the live jobs that have any.
     pub extra: ExtraMap,
+    /// The key hash of every keyed job memory holds, live or dead: its key is the one `keys`
+    /// names it the holder of. (A keyed job kept on disk beyond the horizon has no entry; its
+    /// key is in `keys` all the same.)
+    pub key_of: KeyOfMap,
     /// The dead-letter set.
     pub dead: BTreeMap<JobId, Dead>,
     /// Idempotency keys of every keyed job, live or dead, in memory or kept on disk, and of
@@ -173,6 +180,7 @@ impl State {
             far_gone: IdSet::default(),
             far_resident: IdSet::default(),
             extra: ExtraMap::default(),
+            key_of: KeyOfMap::default(),
             dead: BTreeMap::new(),
             keys: KeyIndex::default(),
             fair: None,
@@ -260,18 +268,20 @@ impl State {
                 }
                 // Taken first: the one check that can still refuse, and it changes nothing
                 // when it does.
-                let key: Option<Arc<[u8]>> = match (s.key, taken) {
+                let key_hash: Option<u64> = match (s.key, taken) {
                     (None, _) => None,
-                    (Some(k), Some(TakenKey(taken))) => {
-                        assert!(*taken == *k, "the key taken is the record's");
-                        debug_assert!(self.keys.holds(key_hash(k), k, s.id));
-                        Some(taken)
+                    (Some(k), Some(TakenKey { hash, key })) => {
+                        assert!(*key == *k, "the key taken is the record's");
+                        debug_assert!(self.keys.holds(hash, k, s.id));
+                        Some(hash)
                     }
-                    (Some(k), None) => Some(
+                    (Some(k), None) => {
+                        let hash = key_hash(k);
                         self.keys
-                            .hold(key_hash(k), k, s.id)
-                            .ok_or("idempotency key held by another job")?,
-                    ),
+                            .hold(hash, k, s.id)
+                            .ok_or("idempotency key held by another job")?;
+                        Some(hash)
+                    }
                 };
                 self.insert_scheduled(
                     s.id,
@@ -288,11 +298,13 @@ impl State {
                     max_attempts: s.max_attempts,
                     backoff: s.backoff,
                     last_error: None,
-                    key,
                     recurring,
                 };
                 if !extra.is_empty() {
                     self.extra.insert(s.id, extra);
+                }
+                if let Some(hash) = key_hash {
+                    self.key_of.insert(s.id, hash);
                 }
                 Ok(())
             }
@@ -532,9 +544,7 @@ impl State {
                     .dead
                     .remove(&id)
                     .ok_or("purge of a job that is not dead")?;
-                if let Some(k) = &dead.extra.key {
-                    self.release_key(k, id);
-                }
+                self.release_key(id);
                 if dead.far_copy {
                     self.far_gone.insert(id);
                 }
@@ -632,13 +642,15 @@ impl State {
         if job.leased && job.attempt == 0 {
             return Err("job leased by attempt 0");
         }
-        let key: Option<Arc<[u8]>> = match job.key.as_deref() {
+        let key_hash: Option<u64> = match job.key.as_deref() {
             None => None,
-            Some(k) => Some(
+            Some(k) => {
+                let hash = key_hash(k);
                 self.keys
-                    .hold(key_hash(k), k, job.id)
-                    .ok_or("idempotency key held by another job")?,
-            ),
+                    .hold(hash, k, job.id)
+                    .ok_or("idempotency key held by another job")?;
+                Some(hash)
+            }
         };
         let recurring = match &job.recurring {
             None => None,
@@ -651,12 +663,14 @@ impl State {
             max_attempts: job.max_attempts,
             backoff: job.backoff,
             last_error: job.last_error.as_deref().map(Arc::from),
-            key,
             recurring,
         };
         if let Some((died_at_ms, expired)) = job.dead {
             if job.leased {
                 return Err("dead job with an open lease");
+            }
+            if let Some(hash) = key_hash {
+                self.key_of.insert(job.id, hash);
             }
             self.dead.insert(
                 job.id,
@@ -688,6 +702,9 @@ impl State {
         );
         if !extra.is_empty() {
             self.extra.insert(job.id, extra);
+        }
+        if let Some(hash) = key_hash {
+            self.key_of.insert(job.id, hash);
         }
         let entry = self.jobs.get_mut(&job.id).expect("inserted");
         entry.attempt = job.attempt;
@@ -729,6 +746,9 @@ impl State {
         }
         let id = far.id;
         self.extra.remove(&id);
+        // Its key stays in the key table (a schedule naming it must find it); a read back
+        // puts the hash here again.
+        self.key_of.remove(&id);
         let job = self.jobs.remove(&id).expect("checked");
         self.drop_timer(&job);
         self.count(Some(JobState::Scheduled), None);
@@ -865,15 +885,16 @@ impl State {
 
     /// Drops what a finished job kept beside the table, its key included.
     fn forget_extra(&mut self, id: JobId) {
-        // A keyed job in the table has its extra: one kept on disk is read back (with it)
-        // before a record changes it.
-        if let Some(Extra { key: Some(k), .. }) = self.extra.remove(&id) {
-            self.release_key(&k, id);
-        }
+        self.extra.remove(&id);
+        self.release_key(id);
     }
 
-    fn release_key(&mut self, key: &[u8], id: JobId) {
-        self.keys.release(key_hash(key), key, id);
+    /// Lets go of the key job `id` holds, if it has one. (A keyed job memory holds has its
+    /// hash in `key_of`: one kept on disk is read back before a record changes it.)
+    fn release_key(&mut self, id: JobId) {
+        if let Some(hash) = self.key_of.remove(&id) {
+            self.keys.release_held(hash, id);
+        }
     }
 
     /// A job whose lease `attempt` holds in the log: what finishing it needs.
@@ -1268,9 +1289,19 @@ impl State {
                 .and_then(|e| e.last_error.clone())
                 .filter(|e| !e.is_empty()),
             tenant: extra.map_or(0, |e| e.tenant),
-            key: extra.and_then(|e| e.key.clone()),
+            key: self.key_of_job(id),
             payload: j.payload.to_shared(),
         })
+    }
+
+    /// The idempotency key of job `id` (live or dead, in memory).
+    fn key_of_job(&self, id: JobId) -> Option<Arc<[u8]>> {
+        let hash = *self.key_of.get(&id)?;
+        Some(Arc::clone(
+            self.keys
+                .held_by(hash, id)
+                .expect("a keyed job holds its key"),
+        ))
     }
 
     /// A job of the dead-letter set, as callers see it.
@@ -1278,7 +1309,7 @@ impl State {
         self.dead.get(&id).map(|d| DeadJob {
             id,
             tenant: d.extra.tenant,
-            key: d.extra.key.clone(),
+            key: self.key_of_job(id),
             due_ms: d.due_ms,
             attempt: d.attempt,
             failures: d.failures,

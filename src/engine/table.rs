@@ -44,8 +44,10 @@ pub(crate) struct Job {
     pub lsn: u64,
 }
 
-/// What few jobs have: a tenant, a retry policy of their own, a failure's reason. Kept beside
-/// the table (in `State::extra`), only for the jobs that have any of it.
+/// What few jobs have: a tenant, a retry policy of their own, a failure's reason, a recurrence.
+/// Kept beside the table (in `State::extra`), only for the jobs that have any of it. A job's
+/// idempotency key is not here: the key table holds it, and `State::key_of` the key's hash
+/// (an entry here cost a keyed schedule a fifth of its time: docs/benchmarks.md).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Extra {
     pub tenant: u32,
@@ -53,8 +55,6 @@ pub(crate) struct Extra {
     pub max_attempts: u32,
     pub backoff: Option<(u32, u32)>,
     pub last_error: Option<Arc<str>>,
-    /// The idempotency key (also in `State::keys`).
-    pub key: Option<Arc<[u8]>>,
     /// A recurring job's schedule.
     pub recurring: Option<Arc<crate::job::Recurring>>,
 }
@@ -188,6 +188,8 @@ impl Hasher for IdHasher {
 
 pub(crate) type JobMap = HashMap<JobId, Job, BuildHasherDefault<IdHasher>>;
 pub(crate) type ExtraMap = HashMap<JobId, Extra, BuildHasherDefault<IdHasher>>;
+/// Each keyed job's key hash ([`key_hash`]), by job: what finds the job's key in [`KeyIndex`].
+pub(crate) type KeyOfMap = HashMap<JobId, u64, BuildHasherDefault<IdHasher>>;
 pub(crate) type IdSet = std::collections::HashSet<JobId, BuildHasherDefault<IdHasher>>;
 
 /// The hash of an idempotency key in [`KeyIndex`]: SipHash with a key chosen at random once
@@ -223,7 +225,7 @@ pub(crate) struct KeyIndex {
 #[derive(Debug)]
 struct KeyEntry {
     hash: u64,
-    /// One allocation per key, shared with the holder's `Extra::key`.
+    /// One allocation per key (shared with the pending batch that took it, until its commit).
     key: Arc<[u8]>,
     holder: JobId,
 }
@@ -295,6 +297,23 @@ impl KeyIndex {
         {
             e.remove();
         }
+    }
+
+    /// Lets go of the key of hash `hash` that `id` holds, if it does: the job finished.
+    pub fn release_held(&mut self, hash: u64, id: JobId) {
+        if let Ok(e) = self
+            .table
+            .find_entry(hash, |e| e.hash == hash && e.holder == id)
+        {
+            e.remove();
+        }
+    }
+
+    /// The key of hash `hash` that `id` holds.
+    pub fn held_by(&self, hash: u64, id: JobId) -> Option<&Arc<[u8]>> {
+        self.table
+            .find(hash, |e| e.hash == hash && e.holder == id)
+            .map(|e| &e.key)
     }
 
     /// Makes `id` the holder of `key` (a job replayed, or read back from a bucket) and returns
