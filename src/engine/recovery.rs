@@ -1,7 +1,8 @@
 //! Rebuilding the engine's state from the log on open.
 //!
 //! The log has already been scanned and any torn tail cut off (`Wal::open`). Every record is
-//! replayed in log order (read ahead on a second thread over real files: `read_ahead`) through the same transition function the live calls use
+//! replayed in log order (read ahead on a second thread over real files: `read_ahead`)
+//! through the same transition function the live calls use
 //! ([`State::apply`], and the id rules of [`IdLedger`]); a record that function refuses could
 //! not have been written by this engine, and the open fails with `Error::UndecodableRecord` naming its
 //! LSN. Then the timers are armed:
