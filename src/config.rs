@@ -32,6 +32,12 @@ pub struct Config {
     pub recovery_mode: RecoveryMode,
     /// Size of one log segment file.
     pub segment_bytes: u64,
+    /// How many group-commit syncs may be in flight at once (1 to 8; default 1). With 2, a call
+    /// whose record was written after a sync started has it synced at once, beside that sync,
+    /// rather than after it: on this project's test machine, 16 % more single schedules/s from
+    /// 8 callers, 9-25 % fewer from 64 (docs/design.md, "Two syncs in flight").
+    /// Acknowledgements stay in log order either way.
+    pub syncs_in_flight: usize,
     /// Largest payload a job may carry.
     pub payload_bytes_max: usize,
     /// Largest failure reason `fail` records; longer ones are refused.
@@ -138,6 +144,7 @@ impl Config {
                 .expect("a validated config's record limit fits a u32"),
             durability: self.durability,
             recovery_mode: self.recovery_mode,
+            syncs_in_flight: self.syncs_in_flight,
         }
     }
 
@@ -148,6 +155,7 @@ impl Config {
             durability: Durability::Sync,
             recovery_mode: RecoveryMode::TolerateTornTail,
             segment_bytes: 64 << 20,
+            syncs_in_flight: timewheel_wal::WalOptions::SYNCS_IN_FLIGHT_DEFAULT,
             payload_bytes_max: 64 << 10,
             fail_reason_bytes_max: 4 << 10,
             due_ahead_ms_max: 100 * 366 * 24 * HOUR_MS,
@@ -199,6 +207,11 @@ impl Config {
                 "segment_bytes",
                 "must hold at least two failures of the longest reason",
             );
+        }
+        if self.syncs_in_flight == 0
+            || self.syncs_in_flight > timewheel_wal::WalOptions::SYNCS_IN_FLIGHT_MAX
+        {
+            return bad("syncs_in_flight", "must be in 1..=8");
         }
         if self.lease_ms == 0 {
             return bad("lease_ms", "must be positive");
@@ -264,6 +277,12 @@ impl Config {
     /// Sets [`Config::segment_bytes`](Config#structfield.segment_bytes).
     pub fn segment_bytes(mut self, segment_bytes: u64) -> Self {
         self.segment_bytes = segment_bytes;
+        self
+    }
+
+    /// Sets [`Config::syncs_in_flight`](Config#structfield.syncs_in_flight).
+    pub fn syncs_in_flight(mut self, syncs_in_flight: usize) -> Self {
+        self.syncs_in_flight = syncs_in_flight;
         self
     }
 

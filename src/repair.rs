@@ -718,6 +718,7 @@ fn reopen_and_reserve(
         record_bytes_max: 64,
         durability: Durability::Sync,
         recovery_mode: RecoveryMode::TolerateTornTail,
+        ..WalOptions::default()
     };
     let (wal, _) = Wal::open(storage, options)?;
     let unread = !cut.unreadable.is_empty();

@@ -29,8 +29,20 @@ fn runtime() -> tokio::runtime::Runtime {
 
 #[test]
 fn many_tasks_schedule_claim_and_complete_every_job_once() {
+    many_tasks_every_job_once(1);
+}
+
+/// The same with two syncs in flight: two durability threads, the second leading a sync of
+/// what was awaited while the first one's sync was in flight.
+#[test]
+fn many_tasks_every_job_once_with_two_syncs_in_flight() {
+    many_tasks_every_job_once(2);
+}
+
+fn many_tasks_every_job_once(syncs_in_flight: usize) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let engine = Arc::new(Engine::open(Config::new(dir.path())).expect("open"));
+    let config = Config::new(dir.path()).syncs_in_flight(syncs_in_flight);
+    let engine = Arc::new(Engine::open(config).expect("open"));
     const TASKS: u64 = 64;
     const PER_TASK: u64 = 100;
     // Jobs a worker has claimed: one a worker completed is no longer visible.
@@ -157,9 +169,22 @@ fn cancel_and_reschedule_resolve_once_durable_and_survive_a_crash() {
 
 #[test]
 fn a_failed_sync_resolves_every_waiting_future_with_an_error() {
+    for syncs_in_flight in [1, 2] {
+        failed_sync_fails_every_future(syncs_in_flight);
+    }
+}
+
+fn failed_sync_fails_every_future(syncs_in_flight: usize) {
     let disk = FaultDisk::new(72);
     let clock = ManualClock::new(T0);
-    let engine = Arc::new(open_sim(&disk, &clock));
+    let engine = Arc::new(
+        Engine::open_on(
+            disk.storage(),
+            common::config().syncs_in_flight(syncs_in_flight),
+            Arc::new(clock.clone()),
+        )
+        .expect("engine opens"),
+    );
     disk.set_sync_failure(SyncFailure::Next);
     let results: Vec<Result<timewheel::JobId, Error>> = runtime().block_on(async {
         let calls: Vec<_> = (0..16)

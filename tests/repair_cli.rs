@@ -29,8 +29,10 @@ fn run(args: &[&str], dir: &Path) -> Output {
             .output()
             .expect("runs");
         tries += 1;
-        let busy = out.status.code() == Some(2)
-            && String::from_utf8_lossy(&out.stderr).contains("in use by a running engine");
+        // (With `--json` the message is on stdout.)
+        let says =
+            |bytes: &[u8]| String::from_utf8_lossy(bytes).contains("in use by a running engine");
+        let busy = out.status.code() == Some(2) && (says(&out.stderr) || says(&out.stdout));
         if !busy || tries == 20 {
             return out;
         }

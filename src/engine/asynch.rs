@@ -5,11 +5,14 @@
 //! The futures need no particular runtime (the tests and the example use tokio). Two things
 //! wake them:
 //! - **Durability.** A call appends its records without waiting (the same code as the blocking
-//!   call), then awaits their LSN. One thread per engine, started by the first async call,
-//!   waits for the highest LSN awaited (joining or leading group commit, as a blocking call
-//!   would) and wakes every future whose LSN is then acknowledged. Sixty-four tasks awaiting
-//!   schedules cost one thread, and their records share the syncs. A failed sync poisons the
-//!   log: every future awaiting then returns `Poisoned`, none is acknowledged.
+//!   call), then awaits their LSN. Durability threads, one per sync that may be in flight
+//!   (`Config::syncs_in_flight`), started by the first async call, each take the highest LSN
+//!   awaited that no other is already waiting for, wait for it (joining or leading group
+//!   commit, as a blocking call would) and wake every future whose LSN is then acknowledged:
+//!   while one thread's sync is in flight, the next can lead a sync of what was awaited since.
+//!   Sixty-four tasks awaiting schedules cost two threads, and their records share the syncs.
+//!   A failed sync poisons the log: every future awaiting then returns `Poisoned`, none is
+//!   acknowledged.
 //! - **Fired jobs.** The timer thread wakes the tasks waiting to take a job after it queues ids.
 //!
 //! What the futures do besides waiting (check, append, apply) is what the blocking calls do, and
@@ -53,10 +56,14 @@ pub(crate) struct Wakers {
 struct DurableWaits {
     /// `(LSN, waker)` of every future waiting for its LSN to be acknowledged.
     pending: Vec<(Lsn, Waker)>,
-    /// The thread waits on `durable_changed` for something to await (not in a sync): only
-    /// then does a new registration notify it (a notify is a system call, once per call).
-    idle: bool,
-    thread: Option<JoinHandle<()>>,
+    /// The highest LSN a durability thread has taken to wait for: another thread takes only a
+    /// higher one.
+    taken: Lsn,
+    /// Durability threads waiting on `durable_changed` for something to await (not in a
+    /// sync): only then does a new registration notify one (a notify is a system call, once
+    /// per call).
+    idle: usize,
+    threads: Vec<JoinHandle<()>>,
     stop: bool,
 }
 
@@ -73,16 +80,16 @@ impl Wakers {
     /// Stops the durability thread (at shutdown); the futures still waiting see the engine
     /// closed.
     pub(crate) fn stop(&self) {
-        let thread = {
+        let threads = {
             let mut waits = lock(&self.durable);
             waits.stop = true;
-            waits.thread.take()
+            std::mem::take(&mut waits.threads)
         };
         self.durable_changed.notify_all();
-        if let Some(thread) = thread
-            && let Err(panic) = thread.join()
-        {
-            std::panic::resume_unwind(panic);
+        for thread in threads {
+            if let Err(panic) = thread.join() {
+                std::panic::resume_unwind(panic);
+            }
         }
         self.wake_ready();
         for (_, waker) in lock(&self.durable).pending.drain(..) {
@@ -91,8 +98,9 @@ impl Wakers {
     }
 }
 
-/// The durability thread: waits for the highest LSN any future awaits, then wakes every future
-/// whose LSN is acknowledged (all of them, after a failure: they find the log poisoned).
+/// A durability thread: takes the highest LSN any future awaits that no other thread has
+/// taken, waits for it, then wakes every future whose LSN is acknowledged (all of them, after
+/// a failure: they find the log poisoned).
 fn run(shared: Arc<Shared>) {
     let wakers = &shared.wakers;
     let mut waits = lock(&wakers.durable);
@@ -100,15 +108,18 @@ fn run(shared: Arc<Shared>) {
         if waits.stop {
             return;
         }
-        let Some(target) = waits.pending.iter().map(|&(lsn, _)| lsn).max() else {
-            waits.idle = true;
+        let target = waits.pending.iter().map(|&(lsn, _)| lsn).max();
+        let Some(target) = target.filter(|&t| t > waits.taken) else {
+            // Nothing awaited, or all of it taken by another thread, whose sync is in flight.
+            waits.idle += 1;
             waits = wakers
                 .durable_changed
                 .wait(waits)
                 .expect("an engine lock poisoned by a panic");
-            waits.idle = false;
+            waits.idle -= 1;
             continue;
         };
+        waits.taken = target;
         drop(waits);
         // Let the runtime's workers register what they are about to append before this
         // thread leads a sync: it syncs for every waiting task, so a bigger group is free.
@@ -119,17 +130,27 @@ fn run(shared: Arc<Shared>) {
         // Batches whose futures were dropped while they waited: theirs is this sync too.
         shared.adopt_orphans();
         waits = lock(&wakers.durable);
+        // Another thread's later sync may have ended first and made more durable; a failure
+        // fails every future.
+        let through = if failed {
+            Lsn::MAX
+        } else {
+            shared.wal.durable_lsn().max(target)
+        };
         waits.pending.retain(|(lsn, waker)| {
-            let done = failed || *lsn <= target;
+            let done = *lsn <= through;
             if done {
                 waker.wake_by_ref();
             }
             !done
         });
         if failed {
-            // Poisoned: nothing is acknowledged from now on, and every future says so.
+            // Poisoned: nothing is acknowledged from now on, and every future says so. The
+            // other threads find the log poisoned too.
+            wakers.durable_changed.notify_all();
             return;
         }
+        // What was awaited meanwhile and no thread took, this one takes next.
     }
 }
 
@@ -164,16 +185,18 @@ impl Future for Acknowledged<'_> {
             if waits.stop {
                 return Poll::Ready(Err(Error::Closed));
             }
-            if waits.thread.is_none() {
-                let shared = Arc::clone(sh);
-                let thread = std::thread::Builder::new()
-                    .name("timewheel-async-durable".into())
-                    .spawn(move || run(shared))
-                    .map_err(Error::Io)?;
-                waits.thread = Some(thread);
+            if waits.threads.is_empty() {
+                for _ in 0..sh.config.syncs_in_flight {
+                    let shared = Arc::clone(sh);
+                    let thread = std::thread::Builder::new()
+                        .name("timewheel-async-durable".into())
+                        .spawn(move || run(shared))
+                        .map_err(Error::Io)?;
+                    waits.threads.push(thread);
+                }
             }
             waits.pending.push((self.lsn, cx.waker().clone()));
-            if waits.idle {
+            if waits.idle > 0 && self.lsn > waits.taken {
                 sh.wakers.durable_changed.notify_one();
             }
         }

@@ -5,21 +5,29 @@
 //! - Appenders, in LSN order (the log calls [`GroupCommit::publish_written`] while it holds its
 //!   append lock), record the byte range that holds each batch. Adjacent ranges of one segment
 //!   merge, so one sync covers many batches.
-//! - A waiter whose LSN is not durable may become the **leader** if no sync is in flight: it
-//!   takes the log's append lock, closes the group (the log writes the group's mirror) and,
-//!   still under that lock, [takes](GroupCommit::try_take) every pending range and the written
-//!   LSN as its target. It syncs with no lock held, re-locks, publishes `durable = target` and
-//!   wakes everyone. Others wait on the condvar; a sync covers every record published before
-//!   it started, so followers are usually done when it ends. Leadership is only ever taken
-//!   under the append lock, so a thread that holds that lock (a roll) can wait for the leader
-//!   in flight without a deadlock: no new leader can appear meanwhile.
+//! - A waiter whose LSN is not durable, and not covered by a sync in flight, may become a
+//!   **leader** if fewer than `syncs_max` syncs are in flight: it takes the log's append lock,
+//!   closes the group (the log writes the group's mirror, and the next group starts on a fresh
+//!   page) and, still under that lock, [takes](GroupCommit::try_take) every pending range and
+//!   the written LSN as its target. It syncs with no lock held, re-locks, marks its sync
+//!   finished and wakes everyone. Others wait on the condvar; a sync covers every record
+//!   published before it started, so followers are usually done when it ends. Leadership is
+//!   only ever taken under the append lock, so a thread that holds that lock (a roll) can wait
+//!   for the leaders in flight without a deadlock: no new leader can appear meanwhile.
+//! - **Two syncs in flight** (`syncs_max` = 2, the log's default): a second leader takes what
+//!   was written after the first took its own. Their ranges never share a page (every take
+//!   closes the group first). `durable` moves only over a *prefix* of finished syncs: a second
+//!   sync that ends first acknowledges nothing until the first has ended too. Recovery needs
+//!   nothing new: a record of the second group was written before the first was durable, so it
+//!   never vouches for the first (see `docs/wal-format.md`, "Vouching").
 //! - A failed sync **poisons**: the leader gets the I/O error, everyone else (now and later)
-//!   gets `Poisoned`, and `durable` never moves again. The failed ranges are not retried: after
-//!   a failed fsync the kernel may have dropped the dirty pages, so a retry that "succeeds"
-//!   proves nothing (fsyncgate). A failed write or directory sync elsewhere poisons too, also
-//!   while a leader syncs: that leader's sync then acknowledges nothing, even if it succeeded
-//!   (`durable` never moves after the poisoning).
+//!   gets `Poisoned`, and `durable` never moves again, not even for a sync in flight beside it
+//!   that succeeds. The failed ranges are not retried: after a failed fsync the kernel may have
+//!   dropped the dirty pages, so a retry that "succeeds" proves nothing (fsyncgate). A failed
+//!   write or directory sync elsewhere poisons too, also while leaders sync: their syncs then
+//!   acknowledge nothing, even if they succeeded (`durable` never moves after the poisoning).
 
+use std::collections::VecDeque;
 use std::io;
 use std::mem;
 use std::sync::Arc;
@@ -56,12 +64,22 @@ pub(crate) struct Taken<F> {
     pub(crate) ranges: Vec<DirtyRange<F>>,
 }
 
+/// One leader's sync, from its take to its finish.
+#[derive(Debug)]
+struct InFlight {
+    /// The written LSN when it took: durable once this sync and every earlier one succeeded.
+    target: Lsn,
+    /// Its sync succeeded; `durable` waits for the earlier ones.
+    done: bool,
+}
+
 struct State<F> {
     written_lsn: Lsn,
     durable_lsn: Lsn,
-    /// A leader has taken the dirty ranges and is syncing them. Only one at a time, and it is
-    /// set only by [`GroupCommit::try_take`], whose callers hold the log's append lock.
-    syncing: bool,
+    /// The syncs taken and not yet moved into `durable`, in take order (so by target): at most
+    /// `syncs_max`. Pushed only by [`GroupCommit::try_take`], whose callers hold the log's
+    /// append lock.
+    in_flight: VecDeque<InFlight>,
     poisoned: bool,
     dirty: Vec<DirtyRange<F>>,
     /// Callers blocked in [`GroupCommit::wait_durable`] until a sync ends.
@@ -75,6 +93,8 @@ struct State<F> {
 /// The shared group-commit state of one log.
 pub(crate) struct GroupCommit<F> {
     state: Mutex<State<F>>,
+    /// How many syncs may be in flight at once (1 or more).
+    syncs_max: usize,
     durable_changed: Condvar,
     // Mirrors of the locked fields, so the getters never wait behind a leader's bookkeeping.
     written_lsn: AtomicU64,
@@ -85,13 +105,16 @@ pub(crate) struct GroupCommit<F> {
 }
 
 impl<F> GroupCommit<F> {
-    /// Starts with everything up to `durable_lsn` written and durable.
-    pub(crate) fn new(durable_lsn: Lsn) -> Self {
+    /// Starts with everything up to `durable_lsn` written and durable, with at most
+    /// `syncs_max` syncs in flight.
+    pub(crate) fn new(durable_lsn: Lsn, syncs_max: usize) -> Self {
+        assert!(syncs_max >= 1, "at least one sync can be in flight");
         Self {
+            syncs_max,
             state: Mutex::new(State {
                 written_lsn: durable_lsn,
                 durable_lsn,
-                syncing: false,
+                in_flight: VecDeque::with_capacity(syncs_max),
                 poisoned: false,
                 dirty: Vec::new(),
                 waiting: 0,
@@ -141,7 +164,18 @@ impl<F> GroupCommit<F> {
     /// Whether [`Self::try_take`]`(lsn)` would take now (the same caller lock applies).
     pub(crate) fn would_lead(&self, lsn: Lsn) -> bool {
         let st = lock(&self.state);
-        st.durable_lsn < lsn && !st.poisoned && !st.syncing
+        !st.poisoned && self.may_take(&st, lsn)
+    }
+
+    /// Whether a leader for `lsn` may take now: `lsn` is neither durable nor covered by a sync
+    /// in flight, and a sync may start.
+    fn may_take(&self, st: &State<F>, lsn: Lsn) -> bool {
+        lsn > Self::covered(st) && st.in_flight.len() < self.syncs_max
+    }
+
+    /// The highest LSN that is durable or will be once the syncs in flight succeed.
+    fn covered(st: &State<F>) -> Lsn {
+        st.in_flight.back().map_or(st.durable_lsn, |t| t.target)
     }
 
     fn add_dirty(st: &mut State<F>, range: DirtyRange<F>) {
@@ -169,11 +203,12 @@ impl<F> GroupCommit<F> {
         self.durable_changed.notify_all();
     }
 
-    /// Becomes the leader for `lsn` if no sync is in flight and `lsn` is not durable yet:
-    /// takes every dirty range and the written LSN as the target. `Ok(None)` means "not now"
-    /// (durable already, or another leader is syncing). The caller must hold the lock that
-    /// orders writers (the log's append lock), so that nobody can become leader while it holds
-    /// that lock: which is what lets a roll wait for durability under it without a deadlock.
+    /// Becomes a leader for `lsn` if `lsn` is neither durable nor covered by a sync in flight
+    /// and fewer than `syncs_max` syncs are in flight: takes every dirty range and the written
+    /// LSN as the target. `Ok(None)` means "not now" (durable already, covered by a sync in
+    /// flight, or no sync may start). The caller must hold the lock that orders writers (the
+    /// log's append lock), so that nobody can become leader while it holds that lock: which is
+    /// what lets a roll wait for durability under it without a deadlock.
     pub(crate) fn try_take(&self, lsn: Lsn) -> Result<Option<Taken<F>>, CommitError> {
         let mut st = lock(&self.state);
         if st.durable_lsn >= lsn {
@@ -182,42 +217,59 @@ impl<F> GroupCommit<F> {
         if st.poisoned {
             return Err(CommitError::Poisoned);
         }
-        if st.syncing {
+        if !self.may_take(&st, lsn) {
             return Ok(None);
         }
-        st.syncing = true;
         let target = st.written_lsn;
         let ranges = mem::take(&mut st.dirty);
-        assert!(!ranges.is_empty(), "LSNs above durable have dirty bytes");
+        assert!(
+            !ranges.is_empty(),
+            "LSNs above those covered have dirty bytes"
+        );
+        st.in_flight.push_back(InFlight {
+            target,
+            done: false,
+        });
         Ok(Some(Taken { target, ranges }))
     }
 
-    /// Ends the leader's sync of everything up to `target`. Durability advances only if the
-    /// sync succeeded **and** nobody poisoned the log meanwhile: a write or directory sync may
-    /// fail in another thread while this sync runs, and after that nothing is acknowledged.
+    /// Ends the leader's sync of everything up to `target`. Durability advances only over
+    /// syncs that succeeded with every earlier one, **and** only while nobody has poisoned the
+    /// log: a write or directory sync may fail in another thread while this sync runs, and
+    /// after that nothing is acknowledged. `Ok` says only that this sync succeeded: `target`
+    /// is durable once the syncs taken before it have ended too.
     fn finish(&self, target: Lsn, result: io::Result<()>) -> Result<(), CommitError> {
         let mut st = lock(&self.state);
-        st.syncing = false;
         st.released = st.waiting;
         self.durable_changed.notify_all();
-        match result {
-            Ok(()) if st.poisoned => Err(CommitError::Poisoned),
-            Ok(()) => {
-                // One leader at a time, and only `finish` moves `durable`: it only grows.
-                assert!(target > st.durable_lsn, "a sync covers something new");
-                st.durable_lsn = target;
-                self.durable_lsn.store(target, Ordering::Release);
-                Ok(())
-            }
-            Err(e) => {
-                st.poisoned = true;
-                self.poisoned.store(true, Ordering::Release);
-                Err(CommitError::SyncFailed(e))
-            }
+        let at = st
+            .in_flight
+            .iter()
+            .position(|t| t.target == target)
+            .expect("a finished sync was in flight");
+        if let Err(e) = result {
+            st.in_flight.remove(at);
+            st.poisoned = true;
+            self.poisoned.store(true, Ordering::Release);
+            return Err(CommitError::SyncFailed(e));
         }
+        if st.poisoned {
+            st.in_flight.remove(at);
+            return Err(CommitError::Poisoned);
+        }
+        st.in_flight[at].done = true;
+        while st.in_flight.front().is_some_and(|t| t.done) {
+            let first = st.in_flight.pop_front().expect("a front");
+            // Only `finish` moves `durable`, over takes in target order: it only grows.
+            assert!(first.target > st.durable_lsn, "a sync covers something new");
+            st.durable_lsn = first.target;
+            self.durable_lsn.store(first.target, Ordering::Release);
+        }
+        Ok(())
     }
 
-    /// Blocks until `lsn` is durable, syncing as the leader when no sync is in flight.
+    /// Blocks until `lsn` is durable, syncing as a leader when no sync in flight covers it and
+    /// one may start.
     ///
     /// `lead` is called with no lock held when this caller may lead: it must take the lock that
     /// orders writers, do whatever closes the group (the log writes its mirror), and return
@@ -241,7 +293,8 @@ impl<F> GroupCommit<F> {
                 if st.poisoned {
                     return Err(CommitError::Poisoned);
                 }
-                if st.syncing {
+                if !self.may_take(&st, lsn) {
+                    // Covered by a sync in flight, or as many in flight as may be.
                     st.waiting += 1;
                     st = self
                         .durable_changed
@@ -299,7 +352,7 @@ mod tests {
 
     #[test]
     fn adjacent_ranges_merge_and_one_sync_covers_them() {
-        let gc = GroupCommit::new(0);
+        let gc = GroupCommit::new(0, 2);
         gc.publish_written(1, range(1, 64, 96));
         gc.publish_written(3, range(1, 96, 160));
         gc.publish_written(4, range(2, 64, 88));
@@ -319,7 +372,7 @@ mod tests {
 
     #[test]
     fn failed_sync_poisons_for_good() {
-        let gc = GroupCommit::new(0);
+        let gc = GroupCommit::new(0, 2);
         gc.publish_written(1, range(1, 64, 96));
         let err = gc.wait_durable(1, || gc.try_take(1), |_| Err(io::Error::other("EIO")));
         assert!(matches!(err, Err(CommitError::SyncFailed(_))));
@@ -334,7 +387,7 @@ mod tests {
     /// (The old code asserted `!poisoned` after the sync and panicked here.)
     #[test]
     fn poison_during_a_successful_sync_acknowledges_nothing() {
-        let gc = GroupCommit::new(0);
+        let gc = GroupCommit::new(0, 2);
         gc.publish_written(1, range(1, 64, 96));
         let err = gc.wait_durable(
             1,
@@ -353,9 +406,81 @@ mod tests {
         assert!(gc.is_poisoned());
     }
 
+    /// Two syncs in flight: the second may end first, and then acknowledges nothing until the
+    /// first has ended; a third may not start; a waiter already covered does not lead.
+    #[test]
+    fn durable_moves_over_a_prefix_of_finished_syncs() {
+        let gc = GroupCommit::new(0, 2);
+        gc.publish_written(1, range(1, 64, 96));
+        let first = gc.try_take(1).unwrap().expect("leads");
+        assert_eq!(first.target, 1);
+        assert!(!gc.would_lead(1), "covered by the sync in flight");
+        gc.publish_written(2, range(1, 4096, 4128));
+        let second = gc.try_take(2).unwrap().expect("a second leader");
+        assert_eq!(second.target, 2);
+        assert_eq!(
+            second
+                .ranges
+                .iter()
+                .map(|r| (r.start, r.end))
+                .collect::<Vec<_>>(),
+            [(4096, 4128)],
+            "only what was written after the first take"
+        );
+        gc.publish_written(3, range(1, 8192, 8224));
+        assert!(gc.try_take(3).unwrap().is_none(), "two in flight at most");
+        gc.finish(2, Ok(())).unwrap();
+        assert_eq!(gc.durable_lsn(), 0, "the first sync has not ended");
+        gc.finish(1, Ok(())).unwrap();
+        assert_eq!(gc.durable_lsn(), 2);
+        let third = gc.try_take(3).unwrap().expect("room again");
+        gc.finish(third.target, Ok(())).unwrap();
+        assert_eq!(gc.durable_lsn(), 3);
+    }
+
+    /// With one sync in flight at most, a second leader waits for the first.
+    #[test]
+    fn one_sync_in_flight_when_so_configured() {
+        let gc = GroupCommit::new(0, 1);
+        gc.publish_written(1, range(1, 64, 96));
+        let first = gc.try_take(1).unwrap().expect("leads");
+        gc.publish_written(2, range(1, 4096, 4128));
+        assert!(!gc.would_lead(2));
+        assert!(gc.try_take(2).unwrap().is_none());
+        gc.finish(first.target, Ok(())).unwrap();
+        assert_eq!(gc.durable_lsn(), 1);
+        assert!(gc.would_lead(2));
+    }
+
+    /// A later sync that succeeds beside an earlier one that fails acknowledges nothing, and
+    /// nor does one that succeeds after it.
+    #[test]
+    fn a_failed_sync_stops_the_one_beside_it() {
+        for later_ends_first in [true, false] {
+            let gc = GroupCommit::new(0, 2);
+            gc.publish_written(1, range(1, 64, 96));
+            let first = gc.try_take(1).unwrap().expect("leads");
+            gc.publish_written(2, range(1, 4096, 4128));
+            let second = gc.try_take(2).unwrap().expect("a second leader");
+            if later_ends_first {
+                gc.finish(second.target, Ok(())).unwrap();
+                let err = gc.finish(first.target, Err(io::Error::other("EIO")));
+                assert!(matches!(err, Err(CommitError::SyncFailed(_))));
+            } else {
+                let err = gc.finish(first.target, Err(io::Error::other("EIO")));
+                assert!(matches!(err, Err(CommitError::SyncFailed(_))));
+                let err = gc.finish(second.target, Ok(()));
+                assert!(matches!(err, Err(CommitError::Poisoned)));
+            }
+            assert_eq!(gc.durable_lsn(), 0);
+            assert!(gc.is_poisoned());
+            assert!(matches!(gc.try_take(2), Err(CommitError::Poisoned)));
+        }
+    }
+
     #[test]
     fn concurrent_waiters_share_syncs() {
-        let gc = Arc::new(GroupCommit::new(0));
+        let gc = Arc::new(GroupCommit::new(0, 2));
         let publish = Arc::new(Mutex::new(0u64));
         let syncs = Arc::new(AtomicUsize::new(0));
         let threads: Vec<_> = (0..8)
@@ -426,89 +551,127 @@ mod loom_model {
         }
     }
 
+    /// Every `Ok` comes after successful syncs of every LSN up to the caller's: with one sync
+    /// in flight, and with two, where the second may end first and must then wait for the
+    /// first.
     #[test]
-    fn loom_every_acknowledged_lsn_is_covered_by_a_successful_sync() {
-        loom::model(|| {
-            let gc = Arc::new(GroupCommit::new(0));
-            let next = Arc::new(Mutex::new(0u64));
-            // The highest LSN a successful sync covered: an Ok above it is a lie.
-            let synced = Arc::new(AtomicU64::new(0));
-            let threads: Vec<_> = (0..2)
-                .map(|_| {
-                    let (gc, next, synced) = (gc.clone(), next.clone(), synced.clone());
-                    thread::spawn(move || {
-                        let lsn = append(&gc, &next);
-                        gc.wait_durable(lsn, lead(&gc, &next, lsn), |ranges| {
-                            // Record `n` lives at bytes n*8 .. n*8+8.
-                            let covered = ranges.iter().map(|r| r.end / 8 - 1).max();
-                            synced.fetch_max(covered.unwrap_or(0), Ordering::SeqCst);
-                            Ok(())
+    fn loom_every_acknowledged_lsn_is_covered_by_successful_syncs() {
+        for syncs_max in [1, 2] {
+            loom::model(move || {
+                let gc = Arc::new(GroupCommit::new(0, syncs_max));
+                let next = Arc::new(Mutex::new(0u64));
+                // Bit `n` is set once a sync that covered LSN `n` succeeded.
+                let synced = Arc::new(AtomicU64::new(0));
+                let threads: Vec<_> = (0..2)
+                    .map(|_| {
+                        let (gc, next, synced) = (gc.clone(), next.clone(), synced.clone());
+                        thread::spawn(move || {
+                            let lsn = append(&gc, &next);
+                            gc.wait_durable(lsn, lead(&gc, &next, lsn), |ranges| {
+                                // Record `n` lives at bytes n*8 .. n*8+8.
+                                for r in ranges {
+                                    for n in r.start / 8..r.end / 8 {
+                                        synced.fetch_or(1 << n, Ordering::SeqCst);
+                                    }
+                                }
+                                Ok(())
+                            })
+                            .expect("no failure injected");
+                            assert!(gc.durable_lsn() >= lsn);
+                            let all = (2u64 << lsn) - 2; // bits 1..=lsn
+                            assert_eq!(
+                                synced.load(Ordering::SeqCst) & all,
+                                all,
+                                "acknowledged only after syncs that covered it and all before it"
+                            );
+                            lsn
                         })
-                        .expect("no failure injected");
-                        assert!(gc.durable_lsn() >= lsn);
-                        assert!(
-                            synced.load(Ordering::SeqCst) >= lsn,
-                            "acknowledged only after a sync that covered it"
-                        );
-                        lsn
                     })
-                })
-                .collect();
-            for t in threads {
-                let lsn = t.join().expect("thread");
-                assert!(gc.durable_lsn() >= lsn);
-            }
-            assert_eq!(gc.durable_lsn(), 2);
-        });
+                    .collect();
+                for t in threads {
+                    let lsn = t.join().expect("thread");
+                    assert!(gc.durable_lsn() >= lsn);
+                }
+                assert_eq!(gc.durable_lsn(), 2);
+            });
+        }
     }
 
+    /// The first sync to run fails. Its ranges are never synced again (a retry that
+    /// "succeeds" proves nothing), exactly its leader sees the I/O error, and an `Ok` comes
+    /// only for an LSN that successful syncs covered with all before it: with one sync in
+    /// flight, none at all; with two, the other sync's, if it ended first.
     #[test]
     fn loom_a_failed_sync_is_never_followed_by_an_acknowledgement() {
-        loom::model(|| {
-            let gc = Arc::new(GroupCommit::new(0));
-            let next = Arc::new(Mutex::new(0u64));
-            let syncs = Arc::new(AtomicUsize::new(0));
-            let threads: Vec<_> = (0..2)
-                .map(|_| {
-                    let (gc, next, syncs) = (gc.clone(), next.clone(), syncs.clone());
-                    thread::spawn(move || {
-                        let lsn = append(&gc, &next);
-                        // The first sync fails; any later one would "succeed" — and must never
-                        // be believed, because nothing may be acknowledged after a failure.
-                        gc.wait_durable(lsn, lead(&gc, &next, lsn), |_| {
-                            if syncs.fetch_add(1, Ordering::SeqCst) == 0 {
-                                Err(io::Error::other("EIO"))
-                            } else {
-                                Ok(())
-                            }
+        for syncs_max in [1, 2] {
+            loom::model(move || {
+                let gc = Arc::new(GroupCommit::new(0, syncs_max));
+                let next = Arc::new(Mutex::new(0u64));
+                let syncs = Arc::new(AtomicUsize::new(0));
+                // Bit `n`: LSN `n` was in the failed sync / in a successful one.
+                let failed = Arc::new(AtomicU64::new(0));
+                let synced = Arc::new(AtomicU64::new(0));
+                let threads: Vec<_> = (0..2)
+                    .map(|_| {
+                        let (gc, next, syncs) = (gc.clone(), next.clone(), syncs.clone());
+                        let (failed, synced) = (failed.clone(), synced.clone());
+                        thread::spawn(move || {
+                            let lsn = append(&gc, &next);
+                            let result = gc.wait_durable(lsn, lead(&gc, &next, lsn), |ranges| {
+                                // Record `n` lives at bytes n*8 .. n*8+8.
+                                let bits = ranges
+                                    .iter()
+                                    .flat_map(|r| r.start / 8..r.end / 8)
+                                    .fold(0u64, |b, n| b | 1 << n);
+                                assert_eq!(
+                                    bits & failed.load(Ordering::SeqCst),
+                                    0,
+                                    "a failed sync's range is never synced again"
+                                );
+                                if syncs.fetch_add(1, Ordering::SeqCst) == 0 {
+                                    failed.fetch_or(bits, Ordering::SeqCst);
+                                    Err(io::Error::other("EIO"))
+                                } else {
+                                    synced.fetch_or(bits, Ordering::SeqCst);
+                                    Ok(())
+                                }
+                            });
+                            (lsn, result)
                         })
                     })
-                })
-                .collect();
-            let results: Vec<_> = threads
-                .into_iter()
-                .map(|t| t.join().expect("thread"))
-                .collect();
-            assert!(
-                results.iter().all(|r| r.is_err()),
-                "the first sync failed, so nothing is acknowledged"
-            );
-            assert_eq!(
-                syncs.load(Ordering::SeqCst),
-                1,
-                "a failed sync is never retried"
-            );
-            assert_eq!(gc.durable_lsn(), 0);
-            assert!(gc.is_poisoned());
-            assert_eq!(
-                results
-                    .iter()
-                    .filter(|r| matches!(r, Err(CommitError::SyncFailed(_))))
-                    .count(),
-                1,
-                "exactly the leader sees the I/O error; the others see Poisoned"
-            );
-        });
+                    .collect();
+                let results: Vec<_> = threads
+                    .into_iter()
+                    .map(|t| t.join().expect("thread"))
+                    .collect();
+                for (lsn, result) in &results {
+                    if result.is_ok() {
+                        let all = (2u64 << lsn) - 2; // bits 1..=lsn
+                        assert_eq!(
+                            synced.load(Ordering::SeqCst) & all,
+                            all,
+                            "LSN {lsn} acknowledged without successful syncs of it and all before"
+                        );
+                        assert!(
+                            syncs_max > 1,
+                            "one in flight: the failed sync was the first"
+                        );
+                    }
+                }
+                let durable = gc.durable_lsn();
+                let all = (2u64 << durable) - 2;
+                assert_eq!(synced.load(Ordering::SeqCst) & all, all);
+                assert!(gc.is_poisoned());
+                assert_eq!(
+                    results
+                        .iter()
+                        .filter(|(_, r)| matches!(r, Err(CommitError::SyncFailed(_))))
+                        .count(),
+                    1,
+                    "exactly the leader sees the I/O error; the others see Poisoned"
+                );
+            });
+        }
     }
 
     /// Defect 6: a failure elsewhere (a write into the storage, a directory sync) poisons the
@@ -518,7 +681,7 @@ mod loom_model {
     #[test]
     fn loom_poison_during_a_sync_acknowledges_nothing_after_it() {
         loom::model(|| {
-            let gc = Arc::new(GroupCommit::new(0));
+            let gc = Arc::new(GroupCommit::new(0, 1));
             let next = Arc::new(Mutex::new(0u64));
             let appender = {
                 let (gc, next) = (gc.clone(), next.clone());

@@ -238,7 +238,7 @@ impl<S: Storage> Wal<S> {
                 group: OpenGroup::default(),
                 closed: false,
             }),
-            commit: GroupCommit::new(last_lsn),
+            commit: GroupCommit::new(last_lsn, opts.syncs_in_flight),
             stop: Mutex::new(false),
             stop_changed: Condvar::new(),
             delete_lock: Mutex::new(()),

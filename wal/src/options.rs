@@ -43,6 +43,13 @@ pub struct WalOptions {
     pub durability: Durability,
     /// What recovery does with damage.
     pub recovery_mode: RecoveryMode,
+    /// How many group-commit syncs may be in flight at once, 1 (the default) to
+    /// [`WalOptions::SYNCS_IN_FLIGHT_MAX`]. With 2, a waiter whose record came after a sync
+    /// started syncs it at once, beside that sync, where with 1 it waits for that sync to end
+    /// first: more syncs, each of fewer records, which pays on a disk that serves overlapping
+    /// flushes and with few callers (see `docs/design.md`, "Two syncs in flight").
+    /// Acknowledgements stay in LSN order either way.
+    pub syncs_in_flight: usize,
 }
 
 impl WalOptions {
@@ -54,6 +61,10 @@ impl WalOptions {
     pub const SEGMENT_BYTES_MAX: u64 = 1 << 40;
     /// Default record body limit: 1 MiB.
     pub const RECORD_BYTES_MAX_DEFAULT: u32 = 1 << 20;
+    /// Default number of syncs in flight at once.
+    pub const SYNCS_IN_FLIGHT_DEFAULT: usize = 1;
+    /// Largest number of syncs in flight at once accepted.
+    pub const SYNCS_IN_FLIGHT_MAX: usize = 8;
 
     /// Checks that the options are consistent.
     pub fn validate(&self) -> Result<(), Error> {
@@ -76,6 +87,13 @@ impl WalOptions {
                 self.record_bytes_max, self.segment_bytes
             ));
         }
+        if self.syncs_in_flight == 0 || self.syncs_in_flight > Self::SYNCS_IN_FLIGHT_MAX {
+            return bad(format!(
+                "syncs_in_flight = {} must be in 1..={}",
+                self.syncs_in_flight,
+                Self::SYNCS_IN_FLIGHT_MAX
+            ));
+        }
         if let Durability::Periodic(interval) = self.durability
             && interval.is_zero()
         {
@@ -92,6 +110,7 @@ impl Default for WalOptions {
             record_bytes_max: Self::RECORD_BYTES_MAX_DEFAULT,
             durability: Durability::default(),
             recovery_mode: RecoveryMode::default(),
+            syncs_in_flight: Self::SYNCS_IN_FLIGHT_DEFAULT,
         }
     }
 }
@@ -122,8 +141,15 @@ mod tests {
         let one_page = WalOptions {
             segment_bytes: 4096,
             record_bytes_max: 100,
-            ..small
+            ..small.clone()
         };
         assert!(one_page.validate().is_err());
+        for (syncs, ok) in [(0, false), (1, true), (8, true), (9, false)] {
+            let opts = WalOptions {
+                syncs_in_flight: syncs,
+                ..small.clone()
+            };
+            assert_eq!(opts.validate().is_ok(), ok, "syncs_in_flight = {syncs}");
+        }
     }
 }

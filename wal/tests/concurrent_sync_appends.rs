@@ -1,6 +1,6 @@
 //! Group commit under contention: many threads append in `Sync` mode (singles and batches);
 //! every acknowledged record comes back after reopen, once, with its own body, and LSNs are
-//! gap-free. Syncs are shared, so far fewer syncs than appends would be needed.
+//! gap-free; with one sync in flight at a time and with two. Syncs are shared, so far fewer syncs than appends would be needed.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -10,12 +10,23 @@ use timewheel_wal::{Wal, WalOptions};
 
 #[test]
 fn every_acknowledged_record_comes_back() {
+    every_acknowledged_record_comes_back_with(1);
+}
+
+/// The same with two syncs in flight at once.
+#[test]
+fn every_acknowledged_record_comes_back_with_two_syncs_in_flight() {
+    every_acknowledged_record_comes_back_with(2);
+}
+
+fn every_acknowledged_record_comes_back_with(syncs_in_flight: usize) {
     const THREADS: u32 = 16;
     const PER_THREAD: u32 = 200;
     let dir = tempfile::tempdir().unwrap();
     let opts = WalOptions {
         segment_bytes: 64 << 10,
         record_bytes_max: 256,
+        syncs_in_flight,
         ..Default::default()
     };
     let (wal, _) = Wal::open_dir(dir.path(), opts.clone()).unwrap();

@@ -4,7 +4,7 @@
 //!
 //! `cargo run --release -p timewheel-benches --bin cpu-per-call -- [async|threads] [CALLERS]
 //! [SECONDS] [RUNS]` prints, per run, calls/s, CPU-seconds per wall second (2 is both cores of
-//! this machine), and CPU microseconds per call. A run below 2 CPU-seconds per second is not
+//! this machine), and CPU microseconds per call, with the records per sync and the mean sync time. A run below 2 CPU-seconds per second is not
 //! CPU-bound: its callers wait on the disk and on wake-ups.
 
 use std::path::PathBuf;
@@ -23,18 +23,22 @@ fn main() {
     for run in 1..=runs {
         let dir: PathBuf = root.join(format!("run-{run}"));
         let (cpu0, t0) = (process_cpu_seconds(), Instant::now());
-        let rate = match mode.as_str() {
-            "threads" => single_threads(&dir, callers, secs).calls_per_s,
-            "async" => single_async(&dir, callers, secs).calls_per_s,
+        let single = match mode.as_str() {
+            "threads" => single_threads(&dir, callers, secs),
+            "async" => single_async(&dir, callers, secs),
             other => panic!("unknown mode {other:?}: async or threads"),
         };
+        let rate = single.calls_per_s;
         // The open and close are in the CPU time; they are small beside SECONDS of calls.
         let (cpu, wall) = (process_cpu_seconds() - cpu0, t0.elapsed().as_secs_f64());
         let calls = rate * secs;
         println!(
-            "{mode} x{callers} run {run}: {rate:.0} calls/s, {:.2} CPU-s per s, {:.1} µs CPU per call",
+            "{mode} x{callers} run {run}: {rate:.0} calls/s, {:.2} CPU-s per s, {:.1} µs CPU per \
+             call, {:.1} records per sync, {:.0} µs per sync",
             cpu / wall,
-            cpu * 1e6 / calls
+            cpu * 1e6 / calls,
+            single.records_per_sync,
+            single.sync_us
         );
         std::fs::remove_dir_all(&dir).ok();
     }

@@ -73,9 +73,19 @@ fn close(engine: Arc<Engine>) {
         .expect("close");
 }
 
+/// The single-call workloads' config: the defaults, but for `Config::syncs_in_flight` when
+/// the environment sets `TIMEWHEEL_SYNCS_IN_FLIGHT` (to compare one and two syncs in flight).
+fn single_config(dir: &Path) -> Config {
+    let config = Config::new(dir);
+    match std::env::var("TIMEWHEEL_SYNCS_IN_FLIGHT") {
+        Ok(n) => config.syncs_in_flight(n.parse().expect("TIMEWHEEL_SYNCS_IN_FLIGHT: a number")),
+        Err(_) => config,
+    }
+}
+
 /// Single durable `schedule` calls from `threads` threads, for `secs`.
 pub fn single_threads(dir: &Path, threads: usize, secs: f64) -> Single {
-    let engine = Arc::new(Engine::open(Config::new(dir)).expect("open"));
+    let engine = Arc::new(Engine::open(single_config(dir)).expect("open"));
     let stop = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
     let due = now_ms() + 3_600_000;
@@ -110,7 +120,7 @@ pub fn single_threads(dir: &Path, threads: usize, secs: f64) -> Single {
 /// Single durable `schedule_async` calls per second from `tasks` tasks on a tokio runtime with
 /// two worker threads, for `secs`: futures woken by group commit, no parked thread per call.
 pub fn single_async(dir: &Path, tasks: usize, secs: f64) -> Single {
-    let engine = Arc::new(Engine::open(Config::new(dir)).expect("open"));
+    let engine = Arc::new(Engine::open(single_config(dir)).expect("open"));
     let stop = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
     let due = now_ms() + 3_600_000;

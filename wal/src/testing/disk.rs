@@ -242,9 +242,17 @@ impl DiskState {
 #[derive(Clone)]
 pub struct FaultDisk {
     state: Arc<Mutex<DiskState>>,
-    /// Whether syncs are held (see [`FaultDisk::hold_syncs`]), outside the state's lock so
-    /// that a held sync blocks only its caller.
-    sync_gate: Arc<(Mutex<bool>, Condvar)>,
+    /// Whether syncs are held (see [`FaultDisk::hold_syncs`]), and how many wait there,
+    /// outside the state's lock so that a held sync blocks only its caller.
+    sync_gate: Arc<(Mutex<SyncGate>, Condvar)>,
+}
+
+/// The gate of [`FaultDisk::hold_syncs`].
+#[derive(Debug, Default)]
+struct SyncGate {
+    held: bool,
+    /// Syncs blocked at the gate now.
+    waiting: usize,
 }
 
 impl fmt::Debug for FaultDisk {
@@ -273,7 +281,7 @@ impl FaultDisk {
     pub(crate) fn from_state(state: DiskState) -> FaultDisk {
         FaultDisk {
             state: Arc::new(Mutex::new(state)),
-            sync_gate: Arc::new((Mutex::new(false), Condvar::new())),
+            sync_gate: Arc::new((Mutex::new(SyncGate::default()), Condvar::new())),
         }
     }
 
@@ -313,20 +321,35 @@ impl FaultDisk {
     /// a slow disk, for a test that must see a caller waiting on its sync. Only the syncing
     /// thread blocks; writes, reads and the other calls go on. A crashed disk starts released.
     pub fn hold_syncs(&self, hold: bool) {
-        let (held, released) = &*self.sync_gate;
-        *held.lock().unwrap_or_else(PoisonError::into_inner) = hold;
-        if !hold {
-            released.notify_all();
-        }
+        let (gate, changed) = &*self.sync_gate;
+        gate.lock().unwrap_or_else(PoisonError::into_inner).held = hold;
+        changed.notify_all();
+    }
+
+    /// Blocks until `n` syncs wait at the gate that [`FaultDisk::hold_syncs`] closed (they
+    /// are then all in flight at once), or `timeout` passes; returns how many wait.
+    pub fn wait_for_held_syncs(&self, n: usize, timeout: std::time::Duration) -> usize {
+        let (gate, changed) = &*self.sync_gate;
+        let gate = gate.lock().unwrap_or_else(PoisonError::into_inner);
+        let (gate, _) = changed
+            .wait_timeout_while(gate, timeout, |g| g.waiting < n)
+            .unwrap_or_else(PoisonError::into_inner);
+        gate.waiting
     }
 
     /// Blocks while syncs are held.
     pub(super) fn wait_for_sync_gate(&self) {
-        let (held, released) = &*self.sync_gate;
-        let mut held = held.lock().unwrap_or_else(PoisonError::into_inner);
-        while *held {
-            held = released.wait(held).unwrap_or_else(PoisonError::into_inner);
+        let (gate, changed) = &*self.sync_gate;
+        let mut gate = gate.lock().unwrap_or_else(PoisonError::into_inner);
+        if !gate.held {
+            return;
         }
+        gate.waiting += 1;
+        changed.notify_all();
+        while gate.held {
+            gate = changed.wait(gate).unwrap_or_else(PoisonError::into_inner);
+        }
+        gate.waiting -= 1;
     }
 
     /// Sets when syncs fail with `EIO` (file syncs and directory syncs alike).
