@@ -2980,10 +2980,12 @@ impl Model {
                 let Some(info) = engine.get(JobId(id)) else {
                     continue;
                 };
+                // The tenant too: a spec of another tenant alike in the rest is not this job.
                 let matching = |s: &Spec| {
                     s.due_ms == info.due_ms
                         && s.payload[..] == info.payload[..]
                         && s.key.as_deref() == info.key.as_deref()
+                        && s.tenant == info.tenant
                 };
                 let Some(at) = self.phantoms.iter().position(matching) else {
                     bail!(
@@ -2999,16 +3001,19 @@ impl Model {
                     bail!("recovery shows never-acknowledged job {id} as {info:?}");
                 }
                 // Two failed specs alike but for the flag or policy: the claim tells which
-                // flag; the policies must agree for the model to follow it.
+                // flag; the policies must agree for the model to follow it. (Seed 210,175,330
+                // failed two tenants' specs alike in due and payload: the tenant, which `get`
+                // shows, now tells them apart above.)
                 let alike: Vec<&Spec> = self.phantoms.iter().filter(|s| matching(s)).collect();
                 let binary =
                     (!alike.iter().any(|s| s.binary != spec.binary)).then_some(spec.binary);
-                if alike.iter().any(|s| {
-                    (s.policy, s.tenant, &s.recur) != (spec.policy, spec.tenant, &spec.recur)
-                }) {
+                if alike
+                    .iter()
+                    .any(|s| (s.policy, &s.recur) != (spec.policy, &spec.recur))
+                {
                     bail!(
                         "phantom job {id}: two failed specs alike but for their retry policy \
-                         (the drivers do not make such)"
+                         (the drivers do not make such): {spec:?} and {alike:?}, shown as {info:?}"
                     );
                 }
                 phantoms.push((id, spec, binary));
