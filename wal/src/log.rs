@@ -665,7 +665,7 @@ impl<S: Storage> Shared<S> {
     /// Waits until `lsn` is durable, leading a sync if none is in flight. Must not be called
     /// with the `log` lock held (see [`Shared::wait_commit_locked`]).
     fn wait_commit(&self, lsn: Lsn) -> Result<(), Error> {
-        self.commit_with(lsn, || {
+        self.commit_with(lsn, false, || {
             let mut log = lock(&self.log);
             // Seal only when this caller will lead: sealing costs the block's padding.
             if self.commit.would_lead(lsn) {
@@ -682,7 +682,7 @@ impl<S: Storage> Shared<S> {
     /// become leader meanwhile, so it waits for the sync in flight and then leads itself.
     fn wait_commit_locked(&self, log: &mut LogState<S::File>, lsn: Lsn) -> Result<(), Error> {
         self.seal(log)?;
-        self.commit_with(lsn, || self.commit.try_take(lsn))
+        self.commit_with(lsn, true, || self.commit.try_take(lsn))
     }
 
     /// Writes the frames encoded in `scratch` (all of the open group) at the end of the
@@ -795,9 +795,12 @@ impl<S: Storage> Shared<S> {
         Ok(())
     }
 
+    /// Waits for `lsn` through group commit; `holds_writers`: the caller holds the `log` lock
+    /// (`lead` then must not take it).
     fn commit_with(
         &self,
         lsn: Lsn,
+        holds_writers: bool,
         lead: impl FnMut() -> Result<Option<Taken<S::File>>, CommitError>,
     ) -> Result<(), Error> {
         let sync = |ranges: &[DirtyRange<S::File>]| {
@@ -808,7 +811,12 @@ impl<S: Storage> Shared<S> {
             self.figures.sync_took(started.elapsed());
             synced
         };
-        self.commit.wait_durable(lsn, lead, sync).map_err(|e| match e {
+        let waited = if holds_writers {
+            self.commit.wait_durable_holding_writers(lsn, lead, sync)
+        } else {
+            self.commit.wait_durable(lsn, lead, sync)
+        };
+        waited.map_err(|e| match e {
             CommitError::SyncFailed(e) => {
                 tracing::error!(error = %e, "WAL sync failed; poisoned, nothing more is acknowledged");
                 Error::Io(e)

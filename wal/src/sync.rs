@@ -1,17 +1,21 @@
 //! The synchronization primitives of the group commit, behind one name.
 //!
-//! `commit.rs` takes its `Mutex`, `Condvar` and atomics from here and nowhere else, so that the
+//! `commit.rs` takes its `Mutex`, atomics and thread parking from here and nowhere else, so that the
 //! loom model (`commit::loom_model`, built with `RUSTFLAGS="--cfg loom"`) swaps in `loom::sync`
 //! here without touching the protocol it checks.
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 #[cfg(loom)]
-pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
+pub(crate) use loom::sync::{Mutex, MutexGuard};
+#[cfg(loom)]
+pub(crate) use loom::thread::{Thread, current, park};
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
+pub(crate) use std::sync::{Mutex, MutexGuard};
+#[cfg(not(loom))]
+pub(crate) use std::thread::{Thread, current, park};
 
 /// Locks `mutex`. A poisoned std mutex means another thread panicked while it held the lock,
 /// i.e. an invariant broke mid-update: continuing could write a torn state to disk, so this
