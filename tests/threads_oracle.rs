@@ -32,22 +32,36 @@ struct Ledger {
 /// How many of the newest acknowledged ids the canceller picks from.
 const RECENT: usize = 256;
 
-fn config() -> Config {
+fn config(syncs_in_flight: usize) -> Config {
     Config::new("/unused")
         .segment_bytes(1 << 20)
         .lease_ms(60_000)
         .id_block(97)
+        .syncs_in_flight(syncs_in_flight)
 }
 
 #[test]
 fn real_threads_keep_the_oracle() {
+    keep_the_oracle(1);
+}
+
+/// The same with two group-commit syncs in flight: a record written while one sync runs is
+/// synced beside it, and acknowledged only once both have ended.
+#[test]
+fn real_threads_keep_the_oracle_with_two_syncs_in_flight() {
+    keep_the_oracle(2);
+}
+
+fn keep_the_oracle(syncs_in_flight: usize) {
     let ops: u64 = std::env::var("THREADS_ORACLE_OPS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(40_000);
     let disk = FaultDisk::new(4242);
     let clock = Arc::new(SystemClock);
-    let engine = Arc::new(Engine::open_on(disk.storage(), config(), clock.clone()).expect("opens"));
+    let engine = Arc::new(
+        Engine::open_on(disk.storage(), config(syncs_in_flight), clock.clone()).expect("opens"),
+    );
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let done_ops = Arc::new(AtomicU64::new(0));
     let producing = Arc::new(AtomicBool::new(true));
@@ -182,7 +196,7 @@ fn real_threads_keep_the_oracle() {
     };
     engine.abandon();
     let disk = disk.crash(&CrashOptions::clean());
-    let engine = Engine::open_on(disk.storage(), config(), clock).expect("reopens");
+    let engine = Engine::open_on(disk.storage(), config(syncs_in_flight), clock).expect("reopens");
     let mut live = 0u64;
     for (id, due) in &l.acked {
         let info = engine.get(*id);
