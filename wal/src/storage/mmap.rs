@@ -355,14 +355,11 @@ impl Storage for MmapStorage {
         // std's lock (flock on Linux), called by path to avoid fs4's FileExt::try_lock. flock
         // belongs to the open file description, so a second MmapStorage in this same process
         // is refused too.
-        match std::fs::File::try_lock(&file) {
-            Ok(()) => {
-                *held = Some(file);
-                Ok(true)
-            }
-            Err(std::fs::TryLockError::WouldBlock) => Ok(false),
-            Err(std::fs::TryLockError::Error(e)) => Err(e),
+        if super::try_lock_file(&file)? {
+            *held = Some(file);
+            return Ok(true);
         }
+        Ok(false)
     }
 
     fn list(&self) -> io::Result<Vec<String>> {

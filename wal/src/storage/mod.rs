@@ -127,3 +127,28 @@ pub trait StorageFile: Send + Sync + 'static {
         Ok(())
     }
 }
+
+/// Tries of the directory's lock before it is reported held (see [`try_lock_file`]).
+const LOCK_TRIES: u32 = 10;
+/// The pause between two tries: with `LOCK_TRIES`, a held lock is reported after about 45 ms.
+const LOCK_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Takes the exclusive lock of the open `LOCK` file (std's `try_lock`, an `flock` on Linux):
+/// `Ok(false)` if another holds it. A few tries, a few milliseconds apart: a child process
+/// forked by any thread of the holding process keeps a copy of every descriptor until its exec
+/// (close-on-exec closes it then), so a lock an engine released a moment ago can look held
+/// (seen in this project's own tests, which spawn processes side by side). A real holder keeps
+/// it past the last try.
+pub(crate) fn try_lock_file(file: &std::fs::File) -> io::Result<bool> {
+    for tries_left in (0..LOCK_TRIES).rev() {
+        match std::fs::File::try_lock(file) {
+            Ok(()) => return Ok(true),
+            Err(std::fs::TryLockError::WouldBlock) if tries_left > 0 => {
+                std::thread::sleep(LOCK_RETRY_PAUSE);
+            }
+            Err(std::fs::TryLockError::WouldBlock) => return Ok(false),
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+    }
+    Ok(false)
+}

@@ -96,14 +96,11 @@ impl Storage for ReadOnlyStorage {
             Err(e) => return Err(e),
         };
         // flock works on a descriptor opened for reading; the engine's is the same lock.
-        match File::try_lock(&file) {
-            Ok(()) => {
-                *held = Some(file);
-                Ok(true)
-            }
-            Err(std::fs::TryLockError::WouldBlock) => Ok(false),
-            Err(std::fs::TryLockError::Error(e)) => Err(e),
+        if super::try_lock_file(&file)? {
+            *held = Some(file);
+            return Ok(true);
         }
+        Ok(false)
     }
 
     fn list(&self) -> io::Result<Vec<String>> {
