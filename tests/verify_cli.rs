@@ -12,27 +12,14 @@ use common::TempDir;
 use timewheel::{Config, Engine, JobSpec};
 
 fn run(args: &[&str], dir: &Path) -> Output {
-    // The tests of this file run side by side and start the binary many times: a child forked
-    // by another test holds copies of this process's descriptors until its exec, the
-    // directory's lock included, so a closed engine's lock can look held for that moment
-    // (seen in `repair_cli.rs`). A few tries, a few milliseconds apart; a real holder keeps
-    // the lock, and the last try says so.
-    let mut tries = 0;
-    loop {
-        let out = Command::new(env!("CARGO_BIN_EXE_timewheel"))
-            .args(args)
-            .arg(dir)
-            .output()
-            .expect("runs");
-        tries += 1;
-        let says =
-            |bytes: &[u8]| String::from_utf8_lossy(bytes).contains("in use by a running engine");
-        let busy = out.status.code() == Some(2) && (says(&out.stderr) || says(&out.stdout));
-        if !busy || tries == 20 {
-            return out;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    // These tests start the binary side by side: a child forked by another test holds the
+    // directory lock's descriptor until its exec. The binary's own lock tries ride that out
+    // (`try_lock_file` in `wal/src/storage/mod.rs`); this once failed here without them.
+    Command::new(env!("CARGO_BIN_EXE_timewheel"))
+        .args(args)
+        .arg(dir)
+        .output()
+        .expect("runs")
 }
 
 fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
