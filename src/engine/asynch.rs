@@ -10,7 +10,8 @@
 //!   awaited that no other is already waiting for, wait for it (joining or leading group
 //!   commit, as a blocking call would) and wake every future whose LSN is then acknowledged:
 //!   while one thread's sync is in flight, the next can lead a sync of what was awaited since.
-//!   Sixty-four tasks awaiting schedules cost two threads, and their records share the syncs.
+//!   Sixty-four tasks awaiting schedules cost one such thread (by default), and their records
+//!   share the syncs.
 //!   A failed sync poisons the log: every future awaiting then returns `Poisoned`, none is
 //!   acknowledged.
 //! - **Fired jobs.** The timer thread wakes the tasks waiting to take a job after it queues ids.

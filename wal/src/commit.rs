@@ -13,11 +13,11 @@
 //!   finished and wakes whom it concerns. Others park; a sync covers every record published
 //!   before it started, so followers are usually done when it ends. Each parked caller is
 //!   woken alone: when its LSN is durable, or (one at a time) when it may lead the next sync,
-//!   or when the log is poisoned. (Woken all at once, 64 callers cost 3.8 context switches per
+//!   or when the log is poisoned. (Woken all at once, 64 callers cost 3.7 context switches per
 //!   call: every sync woke them all, and most went back to sleep.) Leadership is
 //!   only ever taken under the append lock, so a thread that holds that lock (a roll) can wait
 //!   for the leaders in flight without a deadlock: no new leader can appear meanwhile.
-//! - **Two syncs in flight** (`syncs_max` = 2, the log's default): a second leader takes what
+//! - **Two syncs in flight** (`syncs_max` = 2; the default is 1, see `WalOptions::syncs_in_flight`): a second leader takes what
 //!   was written after the first took its own. Their ranges never share a page (every take
 //!   closes the group first). `durable` moves only over a *prefix* of finished syncs: a second
 //!   sync that ends first acknowledges nothing until the first has ended too. Recovery needs
