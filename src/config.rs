@@ -211,7 +211,11 @@ impl Config {
         if self.syncs_in_flight == 0
             || self.syncs_in_flight > timewheel_wal::WalOptions::SYNCS_IN_FLIGHT_MAX
         {
-            return bad("syncs_in_flight", "must be in 1..=8");
+            let max = timewheel_wal::WalOptions::SYNCS_IN_FLIGHT_MAX;
+            return Err(crate::Error::invalid(
+                "syncs_in_flight",
+                format!("must be in 1..={max}"),
+            ));
         }
         if self.lease_ms == 0 {
             return bad("lease_ms", "must be positive");

@@ -103,3 +103,22 @@ fn a_bad_config_is_refused_before_touching_the_disk() {
     assert!(matches!(r, Err(Error::InvalidInput { .. })));
     assert!(disk.live_names().is_empty());
 }
+
+/// `Config::syncs_in_flight` outside 1..=8: a typed error naming the field, and nothing on disk.
+#[test]
+fn syncs_in_flight_out_of_range_is_refused_before_touching_the_disk() {
+    for syncs in [0, 9] {
+        let disk = FaultDisk::new(63);
+        let r = timewheel::Engine::open_on(
+            disk.storage(),
+            config().syncs_in_flight(syncs),
+            std::sync::Arc::new(ManualClock::new(T0)),
+        );
+        assert!(
+            matches!(&r, Err(Error::InvalidInput { field, .. }) if *field == "syncs_in_flight"),
+            "syncs_in_flight = {syncs}: {:?}",
+            r.err()
+        );
+        assert!(disk.live_names().is_empty());
+    }
+}
