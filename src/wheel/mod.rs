@@ -417,6 +417,17 @@ impl<T: Copy> TimingWheel<T> {
     }
 
     fn poll_inner(&mut self, now_ms: u64) -> Option<(TimerKey, u64, T)> {
+        if now_ms >= self.now_ms {
+            // The ms slot of the wheel's time holds the timers effectively due at exactly that
+            // time, the earliest any pending timer can be: the calls after the first in one
+            // millisecond fire from it without looking for it again.
+            let slot = slot_for(Tier::Ms, self.now_ms) as usize;
+            if !self.ms.is_empty_slot(slot)
+                && let Some(fired) = self.fire(slot)
+            {
+                return Some(fired);
+            }
+        }
         if now_ms < self.bound_ms {
             // Nothing is due: only move the wheel's time (if the clock did not go back) and
             // use the idle call to cascade the next second and minute ahead of time.
