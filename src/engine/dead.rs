@@ -117,7 +117,8 @@ impl Shared {
         event: impl Fn(JobId, u64) -> Event<'static>,
     ) -> Result<(Vec<bool>, Option<Lsn>)> {
         self.check_open()?;
-        let mut seen = super::table::IdSet::with_capacity_and_hasher(ids.len(), Default::default());
+        let mut seen =
+            super::table::CallIdSet::with_capacity_and_hasher(ids.len(), Default::default());
         let mut done = Vec::with_capacity(ids.len());
         let mut last_lsn = None;
         for chunk in ids.chunks(LOCK_HOLD_ITEMS_MAX) {

@@ -1316,7 +1316,7 @@ impl Shared {
     ) -> Result<(Vec<Outcome>, Option<Lsn>)> {
         self.check_open()?;
         self.fault_in_ids(items.iter().map(|&(id, _)| id))?;
-        let mut seen = table::IdSet::with_capacity_and_hasher(items.len(), Default::default());
+        let mut seen = table::CallIdSet::with_capacity_and_hasher(items.len(), Default::default());
         let mut out = Vec::with_capacity(items.len());
         let mut last_lsn = None;
         for chunk in items.chunks(worker::LOCK_HOLD_ITEMS_MAX) {

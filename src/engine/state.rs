@@ -164,7 +164,7 @@ fn histogram() -> hdrhistogram::Histogram<u64> {
 impl State {
     pub fn new(now_ms: u64, capacity: usize, lease_ms: u64, ready_tx: Sender<JobId>) -> Self {
         State {
-            jobs: JobMap::with_capacity_and_hasher(capacity, Default::default()),
+            jobs: JobMap::with_capacity(capacity),
             due: TimingWheel::with_capacity(now_ms, capacity),
             leases: TimingWheel::new(now_ms),
             counters: Counters::default(),
@@ -428,7 +428,7 @@ impl State {
                 }
                 let now_ms = self.now_ms;
                 if flags & RETRY_FAILED != 0 {
-                    let e = self.extra.entry(id).or_default();
+                    let e = self.extra.get_or_default(id);
                     e.last_error = Some(Arc::from(reason));
                 }
                 // Since open (`Stats::retried`): replay's retries happened before it.

@@ -186,11 +186,231 @@ impl Hasher for IdHasher {
     }
 }
 
-pub(crate) type JobMap = HashMap<JobId, Job, BuildHasherDefault<IdHasher>>;
-pub(crate) type ExtraMap = HashMap<JobId, Extra, BuildHasherDefault<IdHasher>>;
+type IdBuild = BuildHasherDefault<IdHasher>;
+
+pub(crate) type JobMap = IdMap<Job>;
+pub(crate) type ExtraMap = IdMap<Extra>;
 /// Each keyed job's key hash ([`key_hash`]), by job: what finds the job's key in [`KeyIndex`].
-pub(crate) type KeyOfMap = HashMap<JobId, u64, BuildHasherDefault<IdHasher>>;
-pub(crate) type IdSet = std::collections::HashSet<JobId, BuildHasherDefault<IdHasher>>;
+pub(crate) type KeyOfMap = IdMap<u64>;
+/// A call's own set of ids (to find the same id twice in its arguments): small, never sharded.
+pub(crate) type CallIdSet = std::collections::HashSet<JobId, IdBuild>;
+
+/// Bits of a shard's index: the engine's tables that grow with the jobs are split in 256
+/// shards.
+const SHARD_BITS: u32 = 8;
+/// Shards of each table that grows with the jobs.
+pub(crate) const SHARDS: usize = 1 << SHARD_BITS;
+
+/// Bits of the well-mixed number a shard is picked from (see [`SHARD_OF`]).
+const PICK_BITS: u32 = 12;
+
+/// The shard for each value of a well-mixed 12-bit number, with shard `i` picked in
+/// proportion to `256 + i`: the shards hold from one to two parts of the entries.
+///
+/// Why not evenly: shards filled evenly reach their growth points at about the same total, so
+/// one apply of a batch (1 024 jobs under the state lock) could pay for a dozen growths or
+/// more (up to 114,688 entries moved within 1 024 inserts at two million, counted by the test
+/// below), and every shard is as empty after it as one table would be. Unevenly, shard `i`
+/// grows when the total reaches its threshold times `98_176 / (256 + i)`: each doubling's 256
+/// growths are spread over the doubling (at most three within 1 024 inserts, counted), and so
+/// is the shards' fill.
+const SHARD_OF: [u8; 1 << PICK_BITS] = {
+    const WEIGHT_TOTAL: u64 =
+        (SHARDS as u64) * (SHARDS as u64) + (SHARDS as u64 - 1) * (SHARDS as u64) / 2;
+    let mut table = [0u8; 1 << PICK_BITS];
+    let (mut j, mut shard, mut below) = (0, 0u64, 0u64);
+    while j < table.len() {
+        // The midpoint of pick value `j`, in units of weight.
+        let at = (2 * j as u64 + 1) * WEIGHT_TOTAL / (2 << PICK_BITS);
+        while below + SHARDS as u64 + shard <= at {
+            below += SHARDS as u64 + shard;
+            shard += 1;
+        }
+        table[j] = shard as u8;
+        j += 1;
+    }
+    table
+};
+
+/// The shard of job `id`: by run of consecutive sequence numbers (see [`IdHasher`]), so that a
+/// batch's jobs still share memory runs within their shards; the run mixed by a constant other
+/// than the shard's hash's, and the product's top bits looked up in [`SHARD_OF`].
+#[inline]
+fn shard_of(id: JobId) -> usize {
+    let run = id.seq() >> ID_RUN_BITS;
+    usize::from(SHARD_OF[(run.wrapping_mul(0xD6E8_FEB8_6659_FD93) >> (64 - PICK_BITS)) as usize])
+}
+
+/// A table keyed by job id, split in [`SHARDS`] hash maps that each grow on their own.
+///
+/// A `HashMap` grows in one call: it moves every entry into a table twice the size. For the
+/// job table, under the state lock, that one call held up every other call and the timer
+/// thread for 55 ms at a million jobs and 120-220 ms at two million (`table_growth_probe` in
+/// docs/benchmarks.md), and the pause doubles with the jobs. Split, a growth moves one shard's
+/// entries: from a 384th to a 192nd of the jobs (see [`SHARD_OF`]). What it costs is a
+/// multiplication and a table lookup per id, and 8 KiB per table.
+pub(crate) struct IdMap<V> {
+    shards: Box<[HashMap<JobId, V, IdBuild>]>,
+    len: usize,
+}
+
+impl<V> Default for IdMap<V> {
+    fn default() -> Self {
+        IdMap {
+            shards: (0..SHARDS).map(|_| HashMap::default()).collect(),
+            len: 0,
+        }
+    }
+}
+
+impl<V: std::fmt::Debug> std::fmt::Debug for IdMap<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl<V> IdMap<V> {
+    #[inline]
+    fn shard(&self, id: &JobId) -> &HashMap<JobId, V, IdBuild> {
+        &self.shards[shard_of(*id)]
+    }
+
+    #[inline]
+    fn shard_mut(&mut self, id: &JobId) -> &mut HashMap<JobId, V, IdBuild> {
+        &mut self.shards[shard_of(*id)]
+    }
+
+    /// An empty table with room for `capacity` entries.
+    pub fn with_capacity(capacity: usize) -> Self {
+        let mut map = Self::default();
+        if capacity > 0 {
+            map.reserve(capacity);
+        }
+        map
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    pub fn get(&self, id: &JobId) -> Option<&V> {
+        self.shard(id).get(id)
+    }
+
+    #[inline]
+    pub fn get_mut(&mut self, id: &JobId) -> Option<&mut V> {
+        self.shard_mut(id).get_mut(id)
+    }
+
+    #[inline]
+    pub fn contains_key(&self, id: &JobId) -> bool {
+        self.shard(id).contains_key(id)
+    }
+
+    /// Inserts or replaces; the value replaced, if any.
+    #[inline]
+    pub fn insert(&mut self, id: JobId, value: V) -> Option<V> {
+        let old = self.shard_mut(&id).insert(id, value);
+        if old.is_none() {
+            self.len += 1;
+        }
+        old
+    }
+
+    #[inline]
+    pub fn remove(&mut self, id: &JobId) -> Option<V> {
+        let old = self.shard_mut(id).remove(id);
+        if old.is_some() {
+            self.len -= 1;
+        }
+        old
+    }
+
+    /// The value of `id`, inserted as `V::default()` if there is none.
+    pub fn get_or_default(&mut self, id: JobId) -> &mut V
+    where
+        V: Default,
+    {
+        let shard = &mut self.shards[shard_of(id)];
+        if !shard.contains_key(&id) {
+            self.len += 1;
+        }
+        shard.entry(id).or_default()
+    }
+
+    /// Room for `additional` more entries, spread over the shards as evenly as ids spread
+    /// (with a margin), so that none of them grows while they arrive.
+    pub fn reserve(&mut self, additional: usize) {
+        let per = additional.div_ceil(SHARDS);
+        let per = per + per / 8 + 8;
+        for shard in &mut self.shards {
+            shard.reserve(per);
+        }
+    }
+
+    /// Every entry, shard by shard (in no particular order, as a `HashMap`'s).
+    pub fn iter(&self) -> impl Iterator<Item = (&JobId, &V)> {
+        self.shards.iter().flat_map(HashMap::iter)
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&JobId, &mut V)> {
+        self.shards.iter_mut().flat_map(HashMap::iter_mut)
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.shards.iter().flat_map(HashMap::values)
+    }
+}
+
+impl<V> std::ops::Index<&JobId> for IdMap<V> {
+    type Output = V;
+
+    /// The value of `id`, which must be there (as `HashMap`'s index).
+    fn index(&self, id: &JobId) -> &V {
+        self.get(id).expect("an id the table holds")
+    }
+}
+
+impl<'a, V> IntoIterator for &'a IdMap<V> {
+    type Item = (&'a JobId, &'a V);
+    type IntoIter = std::iter::FlatMap<
+        std::slice::Iter<'a, HashMap<JobId, V, IdBuild>>,
+        std::collections::hash_map::Iter<'a, JobId, V>,
+        fn(&'a HashMap<JobId, V, IdBuild>) -> std::collections::hash_map::Iter<'a, JobId, V>,
+    >;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.shards.iter().flat_map(HashMap::iter)
+    }
+}
+
+/// A set of job ids that grows with the jobs: sharded as [`IdMap`] is.
+#[derive(Debug, Default)]
+pub(crate) struct IdSet(IdMap<()>);
+
+impl IdSet {
+    /// Whether `id` was not in the set.
+    #[inline]
+    pub fn insert(&mut self, id: JobId) -> bool {
+        self.0.insert(id, ()).is_none()
+    }
+
+    /// Whether `id` was in the set.
+    #[inline]
+    pub fn remove(&mut self, id: &JobId) -> bool {
+        self.0.remove(id).is_some()
+    }
+
+    #[inline]
+    pub fn contains(&self, id: &JobId) -> bool {
+        self.0.contains_key(id)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &JobId> {
+        self.0.iter().map(|(id, ())| id)
+    }
+}
 
 /// The hash of an idempotency key in [`KeyIndex`]: SipHash with a key chosen at random once
 /// per process (keys come from users: a fixed hash would let one make every key collide).
@@ -213,9 +433,12 @@ pub(crate) fn key_hash(key: &[u8]) -> u64 {
 /// commit makes them visible. So a commit touches one range, not each of its keys: a second
 /// probe per key there (one cache miss for the control group and one for the entry, among a
 /// million keys) was the largest part of a keyed schedule's extra cost.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct KeyIndex {
-    table: hashbrown::HashTable<KeyEntry>,
+    /// Sharded by the key's hash, as [`IdMap`] is by id and for the same reason (a growth
+    /// moves one shard's keys); the shard from bits that neither the shard's bucket index
+    /// (the low bits) nor its control byte (the top 7) uses.
+    tables: Box<[hashbrown::HashTable<KeyEntry>]>,
     /// Sequence ranges of jobs appended and not visible yet: one per keyed batch between its
     /// append and its commit (or the sync that makes a dropped one visible). Only lookups by
     /// key alone read it.
@@ -230,9 +453,36 @@ struct KeyEntry {
     holder: JobId,
 }
 
+/// The shard of a key of hash `hash`: bits 40-51, which neither a shard's bucket index (the
+/// low bits) nor its control byte (the top 7) uses, looked up in [`SHARD_OF`].
+#[inline]
+fn key_shard(hash: u64) -> usize {
+    usize::from(SHARD_OF[((hash >> 40) as usize) & ((1 << PICK_BITS) - 1)])
+}
+
+impl Default for KeyIndex {
+    fn default() -> Self {
+        KeyIndex {
+            tables: (0..SHARDS).map(|_| hashbrown::HashTable::new()).collect(),
+            unseen: Vec::new(),
+        }
+    }
+}
+
 impl KeyIndex {
+    #[inline]
+    fn table(&self, hash: u64) -> &hashbrown::HashTable<KeyEntry> {
+        &self.tables[key_shard(hash)]
+    }
+
+    #[inline]
+    fn table_mut(&mut self, hash: u64) -> &mut hashbrown::HashTable<KeyEntry> {
+        &mut self.tables[key_shard(hash)]
+    }
+
     fn find(&self, hash: u64, key: &[u8]) -> Option<&KeyEntry> {
-        self.table.find(hash, |e| e.hash == hash && *e.key == *key)
+        self.table(hash)
+            .find(hash, |e| e.hash == hash && *e.key == *key)
     }
 
     /// Whether `id`'s schedule is appended and not visible yet.
@@ -252,9 +502,9 @@ impl KeyIndex {
     /// none, `id` (a job of a batch that [`note_unseen`](Self::note_unseen) names before the
     /// state lock is let go) becomes the holder and `None` is returned. One lookup.
     pub fn take_or_holder(&mut self, hash: u64, key: &Arc<[u8]>, id: JobId) -> Option<JobId> {
-        let entry = self
-            .table
-            .entry(hash, |e| e.hash == hash && *e.key == **key, |e| e.hash);
+        let entry =
+            self.table_mut(hash)
+                .entry(hash, |e| e.hash == hash && *e.key == **key, |e| e.hash);
         match entry {
             hashbrown::hash_table::Entry::Occupied(e) => Some(e.get().holder),
             hashbrown::hash_table::Entry::Vacant(v) => {
@@ -291,7 +541,7 @@ impl KeyIndex {
     /// Lets go of `key` if `id` holds it (visible or not): the job finished, or its append
     /// failed.
     pub fn release(&mut self, hash: u64, key: &[u8], id: JobId) {
-        if let Ok(e) = self.table.find_entry(hash, |e| {
+        if let Ok(e) = self.table_mut(hash).find_entry(hash, |e| {
             e.hash == hash && (e.holder == id || *e.key == *key)
         }) && e.get().holder == id
         {
@@ -302,7 +552,7 @@ impl KeyIndex {
     /// Lets go of the key of hash `hash` that `id` holds, if it does: the job finished.
     pub fn release_held(&mut self, hash: u64, id: JobId) {
         if let Ok(e) = self
-            .table
+            .table_mut(hash)
             .find_entry(hash, |e| e.hash == hash && e.holder == id)
         {
             e.remove();
@@ -311,7 +561,7 @@ impl KeyIndex {
 
     /// The key of hash `hash` that `id` holds.
     pub fn held_by(&self, hash: u64, id: JobId) -> Option<&Arc<[u8]>> {
-        self.table
+        self.table(hash)
             .find(hash, |e| e.hash == hash && e.holder == id)
             .map(|e| &e.key)
     }
@@ -321,7 +571,7 @@ impl KeyIndex {
     /// nothing, when another job holds `key`. One lookup.
     pub fn hold(&mut self, hash: u64, key: &[u8], id: JobId) -> Option<Arc<[u8]>> {
         let e = self
-            .table
+            .table_mut(hash)
             .entry(
                 hash,
                 |e| e.hash == hash && (e.holder == id || *e.key == *key),
@@ -358,6 +608,111 @@ mod tests {
             })
             .min()
             .expect("three runs")
+    }
+
+    #[test]
+    fn every_shard_is_picked_in_proportion_to_its_weight() {
+        let mut counts = [0usize; SHARDS];
+        for &shard in &SHARD_OF {
+            counts[usize::from(shard)] += 1;
+        }
+        let total: usize = counts.iter().sum();
+        assert_eq!(total, 1 << PICK_BITS);
+        for (i, &n) in counts.iter().enumerate() {
+            // 4096 picks over weights 256..512: shard i's share is about 4096 (256 + i) / 98176.
+            let expected = (1 << PICK_BITS) as f64 * (256 + i) as f64 / 98_176.0;
+            assert!(
+                (n as f64 - expected).abs() <= 1.0,
+                "shard {i} picked {n} times, expected about {expected:.1}"
+            );
+        }
+        assert!(SHARD_OF.is_sorted(), "picks ascend with the mixed number");
+    }
+
+    /// The sharded table against a `HashMap`: the same answers to every call, the same count.
+    #[test]
+    fn an_id_map_answers_as_a_hash_map() {
+        let mut map: IdMap<u64> = IdMap::default();
+        let mut model: HashMap<JobId, u64> = HashMap::new();
+        let mut state = 0x1234_5678_9abc_def0u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for step in 0..200_000u64 {
+            let r = next();
+            let id = JobId::compose(r % 50_000, 493_000 + r % 3);
+            match r >> 60 {
+                0..=6 => assert_eq!(map.insert(id, step), model.insert(id, step)),
+                7..=10 => assert_eq!(map.remove(&id), model.remove(&id)),
+                11 => {
+                    *map.get_or_default(id) += 1;
+                    *model.entry(id).or_default() += 1;
+                }
+                12 => {
+                    if let Some(v) = map.get_mut(&id) {
+                        *v += 7;
+                    }
+                    if let Some(v) = model.get_mut(&id) {
+                        *v += 7;
+                    }
+                }
+                _ => {
+                    assert_eq!(map.get(&id), model.get(&id));
+                    assert_eq!(map.contains_key(&id), model.contains_key(&id));
+                }
+            }
+            assert_eq!(map.len(), model.len());
+        }
+        let mut all: Vec<(JobId, u64)> = map.iter().map(|(&k, &v)| (k, v)).collect();
+        all.sort();
+        let mut expected: Vec<(JobId, u64)> = model.into_iter().collect();
+        expected.sort();
+        assert_eq!(all, expected, "iteration visits every entry once");
+        assert_eq!(map.values().count(), map.len());
+    }
+
+    /// What the sharding is for: no insert moves more than a small part of the table, and the
+    /// moves are spread over the inserts. Counted in entries moved (a shard's growth moves its
+    /// entries), not timed: over two million consecutive ids, the largest single growth moves
+    /// under 1 % of the entries, and from half a million on no run of 1 024 inserts (one apply
+    /// of a batch under the state lock) moves more than a 48th of them (at most 21,504 of 1.8M
+    /// here, three shards' growths). One `HashMap` moved every entry at once (55 ms at a
+    /// million jobs, measured); 256 shards filled evenly moved up to 114,688 within 1 024
+    /// inserts (sixteen growths).
+    #[test]
+    fn growth_moves_a_small_part_at_a_time_spread_over_the_inserts() {
+        const WINDOW: u64 = 1024;
+        let mut map: IdMap<()> = IdMap::default();
+        let mut largest_move = 0usize;
+        let mut window: std::collections::VecDeque<(u64, usize)> = Default::default();
+        let mut moved_in_window = 0usize;
+        for seq in 0..2_000_000u64 {
+            let id = JobId::compose(seq, 493_000 + seq / 1_000_000);
+            let shard = shard_of(id);
+            let (before_len, before_cap) = (map.shards[shard].len(), map.shards[shard].capacity());
+            map.insert(id, ());
+            if map.shards[shard].capacity() != before_cap {
+                largest_move = largest_move.max(before_len);
+                window.push_back((seq, before_len));
+                moved_in_window += before_len;
+            }
+            while window.front().is_some_and(|&(at, _)| at + WINDOW <= seq) {
+                moved_in_window -= window.pop_front().expect("front").1;
+            }
+            let total = map.len();
+            assert!(
+                total < 500_000 || moved_in_window * 48 <= total,
+                "{moved_in_window} entries moved within {WINDOW} inserts at {total}"
+            );
+        }
+        assert!(
+            largest_move * 100 < map.len(),
+            "a growth moved {largest_move} of {} entries",
+            map.len()
+        );
     }
 
     /// A lookup of an id that is not in the table (a job just finished, an unknown id) must

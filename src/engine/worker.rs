@@ -14,7 +14,7 @@ use timewheel_wal::Lsn;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use super::state::state_index;
-use super::table::IdSet;
+use super::table::CallIdSet;
 use super::{Engine, Shared};
 use crate::error::{Error, Result};
 use crate::job::{Claimed, JobId, JobState};
@@ -455,7 +455,7 @@ impl Shared {
     pub(crate) fn claim_round(&self, ids: &[JobId]) -> Result<ClaimRound> {
         let sh = self;
         sh.check_open()?;
-        let mut seen = IdSet::with_capacity_and_hasher(ids.len(), Default::default());
+        let mut seen = CallIdSet::with_capacity_and_hasher(ids.len(), Default::default());
         let mut claimed = Vec::with_capacity(ids.len());
         let mut last_lsn = None;
         // Jobs to claim after a sync, by their place in `ids`, and the LSN it must cover.
@@ -682,7 +682,7 @@ impl Shared {
     ) -> Result<(Vec<bool>, Option<Lsn>)> {
         self.check_open()?;
         // A batch may name a job twice; only the first finish counts.
-        let mut seen = IdSet::with_capacity_and_hasher(claimed.len(), Default::default());
+        let mut seen = CallIdSet::with_capacity_and_hasher(claimed.len(), Default::default());
         let mut done = Vec::with_capacity(claimed.len());
         let mut last_lsn = None;
         for chunk in claimed.chunks(LOCK_HOLD_ITEMS_MAX) {
