@@ -115,3 +115,108 @@ fn a_bad_page_size_or_range_is_refused() {
         );
     }
 }
+
+/// A page is read a part of the table at a time, the state lock let go in between, so other
+/// calls go on during a listing. What a listing still promises then: every job that stays as
+/// it is through the listing is listed exactly once, and the listing is in strictly increasing
+/// `(due, id)` order; jobs that change meanwhile (cancelled, rescheduled, new) may or may not
+/// be listed, each at most once a page.
+#[test]
+fn jobs_that_stay_put_are_listed_once_while_others_change() {
+    let disk = FaultDisk::new(83);
+    let clock = ManualClock::new(T0);
+    let engine = std::sync::Arc::new(open_sim(&disk, &clock));
+    let due_in = |x: u64| T0 + 100_000 + x % 100_000;
+    let mut seed = 11;
+    let stable: Vec<(u64, JobId)> = {
+        let dues: Vec<u64> = (0..20_000).map(|_| due_in(splitmix(&mut seed))).collect();
+        let ids = engine
+            .schedule_batch(dues.iter().map(|&d| JobSpec::at(d)))
+            .expect("schedule");
+        dues.into_iter().zip(ids).collect()
+    };
+    let churn_dues: Vec<u64> = (0..20_000).map(|_| due_in(splitmix(&mut seed))).collect();
+    let churn = engine
+        .schedule_batch(churn_dues.iter().map(|&d| JobSpec::at(d)))
+        .expect("schedule");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let changer = {
+        let (engine, stop) = (engine.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut seed = 12;
+            let mut live = churn;
+            let mut changes = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || changes < 1_000 {
+                let r = splitmix(&mut seed);
+                let i = (r % live.len() as u64) as usize;
+                match r % 3 {
+                    0 => {
+                        assert!(engine.cancel(live[i]).expect("cancel").is_done());
+                        live.swap_remove(i);
+                        let id = engine
+                            .schedule(JobSpec::at(due_in(r >> 8)))
+                            .expect("schedule");
+                        live.push(id);
+                    }
+                    1 => {
+                        let moved = engine.reschedule(live[i], due_in(r >> 8)).expect("move");
+                        assert!(moved.is_done());
+                    }
+                    _ => {
+                        let id = engine
+                            .schedule(JobSpec::at(due_in(r >> 8)))
+                            .expect("schedule");
+                        live.push(id);
+                    }
+                }
+                changes += 1;
+            }
+            changes
+        })
+    };
+    let stable_ids: std::collections::HashSet<JobId> = stable.iter().map(|&(_, id)| id).collect();
+    for round in 0..3 {
+        let mut seen_stable = std::collections::HashSet::new();
+        let mut last: Option<(u64, JobId)> = None;
+        let mut next = Some(JobQuery::due_between(T0, T0 + 300_000).limit(700));
+        while let Some(q) = next {
+            let page = engine.jobs(&q).expect("page");
+            let mut in_page = std::collections::HashSet::new();
+            for j in &page.jobs {
+                let key = (j.due_ms, j.id);
+                assert!(
+                    last.is_none_or(|l| key > l),
+                    "round {round}: {key:?} after {last:?}"
+                );
+                last = Some(key);
+                assert!(
+                    in_page.insert(j.id),
+                    "round {round}: {} twice in a page",
+                    j.id
+                );
+                if stable_ids.contains(&j.id) {
+                    assert!(
+                        seen_stable.insert(j.id),
+                        "round {round}: {} listed twice",
+                        j.id
+                    );
+                }
+            }
+            next = page.next;
+        }
+        assert_eq!(
+            seen_stable.len(),
+            stable_ids.len(),
+            "round {round}: every job that stayed put is listed"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let changes = changer.join().expect("changer");
+    assert!(
+        changes >= 1_000,
+        "the other thread changed jobs meanwhile: {changes}"
+    );
+    for (due, id) in stable {
+        assert_eq!(engine.get(id).map(|j| j.due_ms), Some(due));
+    }
+}

@@ -4,7 +4,9 @@
 //!
 //! `cargo run --release -p timewheel-benches --example table_growth_probe -- [JOBS] [ROUNDS]`
 //! (default 2,000,000 jobs, 2 rounds, each on a fresh directory) prints the slowest call, the
-//! slowest batch, and every call over 5 ms with the jobs scheduled when it started.
+//! slowest batch, and every call over 5 ms with the jobs scheduled when it started. Then, with
+//! every job scheduled, it lists 20 pages (`Engine::jobs`, the 100 jobs due first: one pass
+//! over the table each) while the calls go on, and prints the time of a page.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -13,6 +15,8 @@ use std::time::{Duration, Instant};
 use timewheel::{Clock, Config, Durability, Engine, JobSpec};
 
 const BATCH: u64 = 10_000;
+/// Pages listed once every job is scheduled.
+const PAGES: usize = 20;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -61,19 +65,31 @@ fn main() {
             scheduled.store(i, Ordering::Relaxed);
         }
         let rate = jobs as f64 / start.elapsed().as_secs_f64();
+        // Then a listing: pages of the 100 jobs due first, each one pass over the table.
+        scheduled.store(u64::MAX, Ordering::Relaxed);
+        let t = Instant::now();
+        for _ in 0..PAGES {
+            let page = engine
+                .jobs(&timewheel::JobQuery::all().limit(100))
+                .expect("page");
+            std::hint::black_box(page);
+        }
+        let page_ms = t.elapsed().as_secs_f64() * 1e3 / PAGES as f64;
         done.store(true, Ordering::Relaxed);
         let (slowest, stalls) = prober.join().expect("prober");
         println!(
             "round {round}: {jobs} jobs at {rate:.0}/s; slowest call {:.2} ms, slowest batch \
-             {:.2} ms",
+             {:.2} ms; a page of the listing {page_ms:.1} ms",
             slowest.as_secs_f64() * 1e3,
             slowest_batch.as_secs_f64() * 1e3
         );
         for (at, took) in stalls {
-            println!(
-                "  call at {at} jobs scheduled: {:.1} ms",
-                took.as_secs_f64() * 1e3
-            );
+            let when = if at == u64::MAX {
+                "while listing".to_owned()
+            } else {
+                format!("at {at} jobs scheduled")
+            };
+            println!("  call {when}: {:.1} ms", took.as_secs_f64() * 1e3);
         }
         drop(engine);
         std::fs::remove_dir_all(&dir).ok();

@@ -1252,26 +1252,48 @@ impl State {
 
     /// The first `query.limit` jobs the query admits, in `(due_ms, id)` order, and whether
     /// more follow. One pass over the table, keeping the smallest in a bounded heap.
-    pub fn page(&self, query: &JobQuery) -> (Vec<JobInfo>, bool) {
-        let mut heap = std::collections::BinaryHeap::with_capacity(query.limit + 1);
-        for (&id, job) in &self.jobs {
-            if !query.admits(id, job.state, job.due_ms) {
-                continue;
-            }
-            let key = (job.due_ms, id);
-            if heap.len() <= query.limit {
-                heap.push(key);
-            } else if heap.peek().is_some_and(|&top| key < top) {
-                heap.pop();
-                heap.push(key);
+    /// Adds the jobs of the table's shards `shards` that `query` admits to `best`, which keeps
+    /// the `query.limit + 1` first by `(due_ms, id)`: one step of a page's scan (see
+    /// `Engine::jobs`, which takes the state lock for a few shards at a time).
+    pub fn page_scan(
+        &self,
+        query: &JobQuery,
+        shards: std::ops::Range<usize>,
+        best: &mut std::collections::BinaryHeap<(u64, JobId)>,
+    ) {
+        for shard in shards {
+            for (&id, job) in self.jobs.shard_iter(shard) {
+                if !query.admits(id, job.state, job.due_ms) {
+                    continue;
+                }
+                let key = (job.due_ms, id);
+                if best.len() <= query.limit {
+                    best.push(key);
+                } else if best.peek().is_some_and(|&top| key < top) {
+                    best.pop();
+                    best.push(key);
+                }
             }
         }
-        let more = heap.len() > query.limit;
-        let mut keys = heap.into_sorted_vec();
+    }
+
+    /// The page the scan found, in `(due_ms, id)` order, and whether more jobs follow. A job
+    /// that finished, or changed so that the query no longer admits it where the scan found
+    /// it, since its shard was scanned is left out.
+    pub fn page_finish(
+        &self,
+        query: &JobQuery,
+        best: std::collections::BinaryHeap<(u64, JobId)>,
+    ) -> (Vec<JobInfo>, bool) {
+        let more = best.len() > query.limit;
+        let mut keys = best.into_sorted_vec();
         keys.truncate(query.limit);
         let jobs = keys
             .into_iter()
-            .map(|(_, id)| self.info(id).expect("a job of this table"))
+            .filter_map(|(due_ms, id)| {
+                let info = self.info(id)?;
+                (info.due_ms == due_ms && query.admits(id, info.state, due_ms)).then_some(info)
+            })
             .collect();
         (jobs, more)
     }

@@ -349,6 +349,11 @@ impl<V> IdMap<V> {
         }
     }
 
+    /// The entries of shard `shard` (below [`SHARDS`]).
+    pub fn shard_iter(&self, shard: usize) -> impl Iterator<Item = (&JobId, &V)> {
+        self.shards[shard].iter()
+    }
+
     /// Every entry, shard by shard (in no particular order, as a `HashMap`'s).
     pub fn iter(&self) -> impl Iterator<Item = (&JobId, &V)> {
         self.shards.iter().flat_map(HashMap::iter)
