@@ -109,23 +109,24 @@ impl Shared {
                     for id in chunk {
                         state.far_gone.remove(id);
                     }
+                    self.step_aside(state, false);
                 }
                 let mut evicted = 0;
                 for chunk in far.chunks(JOBS_PER_LOCK_HOLD) {
-                    evicted += self.lock_state().after_pass(chunk, folded_to);
+                    let mut state = self.lock_state();
+                    evicted += state.after_pass(chunk, folded_to);
                     // Let the timer and the calls at the lock between chunks: a pass may evict
                     // a million jobs (measured: chunks of 256 back to back put 7-38 ms tails
                     // into fire lateness).
-                    std::thread::yield_now();
+                    self.step_aside(state, false);
                 }
                 // Jobs memory held beyond the horizon that this pass has caught up with (read
                 // back for a call, or changed after an earlier pass read them).
                 let resident: Vec<JobId> = self.lock_state().far_resident.iter().copied().collect();
                 for chunk in resident.chunks(JOBS_PER_LOCK_HOLD) {
-                    evicted += self
-                        .lock_state()
-                        .sweep_far_resident(chunk, folded_to, far_from);
-                    std::thread::yield_now();
+                    let mut state = self.lock_state();
+                    evicted += state.sweep_far_resident(chunk, folded_to, far_from);
+                    self.step_aside(state, false);
                 }
                 store.totals.evicted += evicted;
                 store.last_error = None;
@@ -238,9 +239,11 @@ impl Shared {
                         earliest = earliest.min(job.due_ms);
                     }
                 }
-                if earliest < state.sleeping_until_ms {
+                let notified = earliest < state.sleeping_until_ms;
+                if notified {
                     self.wake.notify_all();
                 }
+                self.step_aside(state, notified);
             }
             store.totals.loaded += loaded;
             tracing::debug!(bucket, loaded, "loaded a bucket the horizon reached");
@@ -280,9 +283,11 @@ impl Shared {
                     earliest = earliest.min(job.due_ms);
                 }
             }
-            if earliest < state.sleeping_until_ms {
+            let notified = earliest < state.sleeping_until_ms;
+            if notified {
                 self.wake.notify_all();
             }
+            self.step_aside(state, notified);
         }
         Ok(())
     }

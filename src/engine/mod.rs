@@ -30,7 +30,7 @@ mod table;
 mod timer;
 mod worker;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -49,6 +49,10 @@ use crate::store::home_bucket;
 use erased::ErasedStorage;
 use ids::IdLedger;
 use state::{Mode, State, state_index};
+
+/// The longest a long piece of work waits, between two of its chunks, for the callers and the
+/// timer thread waiting for the state lock to have had it (see `Shared::step_aside`).
+const STEP_ASIDE_MAX: Duration = Duration::from_millis(2);
 
 /// Shards of the job table one step of a page's scan reads under the state lock (of 256): at
 /// ten million jobs, about 0.6 ms of the pass's 40 (3-4 ms per million, docs/benchmarks.md).
@@ -82,6 +86,10 @@ pub(crate) struct Shared {
     closed: AtomicBool,
     /// The timer thread got the real-time priority it asked for (`Config::timer_realtime`).
     timer_realtime: AtomicBool,
+    /// Callers of `lock_state` waiting for the state lock (see [`Shared::step_aside`]).
+    state_waiting: AtomicUsize,
+    /// Times the timer thread took the state lock (see [`Shared::step_aside`]).
+    timer_turns: AtomicU64,
     recovery: RecoveryStats,
     /// The manifest and what compaction did. Taken by compaction passes only (never with
     /// `state` or `ids`).
@@ -242,6 +250,8 @@ impl Engine {
             stopping: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             timer_realtime: AtomicBool::new(false),
+            state_waiting: AtomicUsize::new(0),
+            timer_turns: AtomicU64::new(0),
             recovery: replayed.recovery,
             store: Mutex::new(compactor::StoreState::new(manifest, resident_below)),
             compactor_wake: Condvar::new(),
@@ -633,10 +643,12 @@ impl Shared {
                 let done = ((c + 1) * CHUNK).min(pending.ends.len()) as u64;
                 state.keys.seen_up_to(end, end - len + done);
             }
-            if earliest < state.sleeping_until_ms {
+            let notified = earliest < state.sleeping_until_ms;
+            if notified {
                 sh.wake.notify_all();
             }
             start = *chunk.last().expect("chunks are not empty");
+            sh.step_aside(state, notified);
         }
     }
 
@@ -768,7 +780,9 @@ impl Engine {
         let mut best = std::collections::BinaryHeap::with_capacity(query.limit + 1);
         for first in (0..table::SHARDS).step_by(PAGE_SHARDS_PER_HOLD) {
             let shards = first..(first + PAGE_SHARDS_PER_HOLD).min(table::SHARDS);
-            sh.lock_state().page_scan(query, shards, &mut best);
+            let state = sh.lock_state();
+            state.page_scan(query, shards, &mut best);
+            sh.step_aside(state, false);
         }
         let (jobs, more) = sh.lock_state().page_finish(query, best);
         let next = more.then(|| crate::JobQuery {
@@ -1110,7 +1124,49 @@ impl Shared {
     }
 
     fn lock_state(&self) -> MutexGuard<'_, State> {
-        lock(&self.state)
+        match self.state.try_lock() {
+            Ok(state) => state,
+            Err(std::sync::TryLockError::Poisoned(_)) => {
+                panic!("an engine lock poisoned by a panic")
+            }
+            Err(std::sync::TryLockError::WouldBlock) => {
+                self.state_waiting.fetch_add(1, Ordering::SeqCst);
+                let state = lock(&self.state);
+                self.state_waiting.fetch_sub(1, Ordering::SeqCst);
+                state
+            }
+        }
+    }
+
+    /// Lets go of the state lock between two chunks of a long piece of work (a batch's apply,
+    /// a listing's pass), and lets whoever waits for it take it first: callers of
+    /// `lock_state`, and the timer thread when its deadline has passed (or `notified_timer`:
+    /// this caller just woke it).
+    ///
+    /// Why: `std`'s mutex is not fair. A thread that lets go of it and takes it again at once
+    /// takes it before a waiter woken by the release has even run, so chunks taken back to
+    /// back held off the others as one long hold would: a call waited 190-270 ms on a listing
+    /// of three million jobs, and the timer thread waits the same way (`table_growth_probe`,
+    /// docs/benchmarks.md). Waiting here costs nothing when nobody waits; when someone does, a
+    /// few µs of yields until they had the lock (at most [`STEP_ASIDE_MAX`]).
+    fn step_aside(&self, state: MutexGuard<'_, State>, notified_timer: bool) {
+        let timer_waits = self.config.timer_thread
+            && !self.stopping.load(Ordering::Relaxed)
+            && (notified_timer || state.sleeping_until_ms <= self.clock.now_ms());
+        let turns = self.timer_turns.load(Ordering::SeqCst);
+        drop(state);
+        let others_wait = || self.state_waiting.load(Ordering::SeqCst) > 0;
+        if !timer_waits && !others_wait() {
+            return;
+        }
+        let start = Instant::now();
+        while start.elapsed() < STEP_ASIDE_MAX {
+            let timer_had_it = !timer_waits || self.timer_turns.load(Ordering::SeqCst) != turns;
+            if timer_had_it && !others_wait() {
+                return;
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// A page size within `Config::page_jobs_max`.

@@ -23,6 +23,9 @@ pub(crate) fn run(shared: Arc<Shared>) {
     shared.timer_realtime.store(realtime, Ordering::Relaxed);
     let mut state = shared.lock_state();
     loop {
+        // Each time round, the lock is this thread's again: a long piece of work that stepped
+        // aside for it between two chunks may go on (`Shared::step_aside`).
+        shared.timer_turns.fetch_add(1, Ordering::SeqCst);
         if shared.stopping.load(Ordering::Acquire) {
             return;
         }
