@@ -52,7 +52,7 @@ use state::{Mode, State, state_index};
 
 /// The longest a long piece of work waits, between two of its chunks, for the callers and the
 /// timer thread waiting for the state lock to have had it (see `Shared::step_aside`).
-const STEP_ASIDE_MAX: Duration = Duration::from_millis(2);
+const STEP_ASIDE_MAX: Duration = Duration::from_millis(1);
 
 /// Shards of the job table one step of a page's scan reads under the state lock (of 256): at
 /// ten million jobs, about 0.6 ms of the pass's 40 (3-4 ms per million, docs/benchmarks.md).
@@ -86,8 +86,10 @@ pub(crate) struct Shared {
     closed: AtomicBool,
     /// The timer thread got the real-time priority it asked for (`Config::timer_realtime`).
     timer_realtime: AtomicBool,
-    /// Callers of `lock_state` waiting for the state lock (see [`Shared::step_aside`]).
+    /// Callers of `lock_state` waiting for the state lock, and how many times one that
+    /// waited took it (see [`Shared::step_aside`]).
     state_waiting: AtomicUsize,
+    state_waited_took: AtomicU64,
     /// Times the timer thread took the state lock (see [`Shared::step_aside`]).
     timer_turns: AtomicU64,
     recovery: RecoveryStats,
@@ -251,6 +253,7 @@ impl Engine {
             closed: AtomicBool::new(false),
             timer_realtime: AtomicBool::new(false),
             state_waiting: AtomicUsize::new(0),
+            state_waited_took: AtomicU64::new(0),
             timer_turns: AtomicU64::new(0),
             recovery: replayed.recovery,
             store: Mutex::new(compactor::StoreState::new(manifest, resident_below)),
@@ -1133,36 +1136,46 @@ impl Shared {
                 self.state_waiting.fetch_add(1, Ordering::SeqCst);
                 let state = lock(&self.state);
                 self.state_waiting.fetch_sub(1, Ordering::SeqCst);
+                self.state_waited_took.fetch_add(1, Ordering::SeqCst);
                 state
             }
         }
     }
 
     /// Lets go of the state lock between two chunks of a long piece of work (a batch's apply,
-    /// a listing's pass), and lets whoever waits for it take it first: callers of
-    /// `lock_state`, and the timer thread when its deadline has passed (or `notified_timer`:
-    /// this caller just woke it).
+    /// a listing's pass, a bucket's load), and lets a waiter take it first: the timer thread
+    /// when its deadline has passed (or `notified_timer`: this caller just woke it), else one
+    /// of the callers of `lock_state` waiting for it.
     ///
     /// Why: `std`'s mutex is not fair. A thread that lets go of it and takes it again at once
     /// takes it before a waiter woken by the release has even run, so chunks taken back to
-    /// back held off the others as one long hold would: a call waited 190-270 ms on a listing
-    /// of three million jobs, and the timer thread waits the same way (`table_growth_probe`,
-    /// docs/benchmarks.md). Waiting here costs nothing when nobody waits; when someone does, a
-    /// few µs of yields until they had the lock (at most [`STEP_ASIDE_MAX`]).
+    /// back held off the others as one long hold would: a call waited 190-270 ms beside a
+    /// listing of three million jobs (`table_growth_probe`, docs/benchmarks.md), and the
+    /// timer thread waits the same way. Stepping aside costs nothing when nobody waits; when
+    /// someone does, a few µs of yields until one of them had the lock (at most
+    /// [`STEP_ASIDE_MAX`]). It waits for one waiter, not all of them: with many callers at
+    /// the lock there is always another, and waiting them all out held the work up (and, on
+    /// two CPUs, the timer with it).
     fn step_aside(&self, state: MutexGuard<'_, State>, notified_timer: bool) {
         let timer_waits = self.config.timer_thread
             && !self.stopping.load(Ordering::Relaxed)
             && (notified_timer || state.sleeping_until_ms <= self.clock.now_ms());
-        let turns = self.timer_turns.load(Ordering::SeqCst);
+        let (turns, took) = (
+            self.timer_turns.load(Ordering::SeqCst),
+            self.state_waited_took.load(Ordering::SeqCst),
+        );
         drop(state);
-        let others_wait = || self.state_waiting.load(Ordering::SeqCst) > 0;
-        if !timer_waits && !others_wait() {
+        if !timer_waits && self.state_waiting.load(Ordering::SeqCst) == 0 {
             return;
         }
         let start = Instant::now();
         while start.elapsed() < STEP_ASIDE_MAX {
-            let timer_had_it = !timer_waits || self.timer_turns.load(Ordering::SeqCst) != turns;
-            if timer_had_it && !others_wait() {
+            let had_it = if timer_waits {
+                self.timer_turns.load(Ordering::SeqCst) != turns
+            } else {
+                self.state_waited_took.load(Ordering::SeqCst) != took
+            };
+            if had_it {
                 return;
             }
             std::thread::yield_now();
