@@ -339,13 +339,14 @@ impl<V> IdMap<V> {
         shard.entry(id).or_default()
     }
 
-    /// Room for `additional` more entries, spread over the shards as evenly as ids spread
-    /// (with a margin), so that none of them grows while they arrive.
+    /// Room for `additional` more entries, spread over the shards as ids spread over them
+    /// (shard `i` takes `256 + i` parts, see [`SHARD_OF`]; with a margin), so that none of
+    /// them grows while they arrive.
     pub fn reserve(&mut self, additional: usize) {
-        let per = additional.div_ceil(SHARDS);
-        let per = per + per / 8 + 8;
-        for shard in &mut self.shards {
-            shard.reserve(per);
+        let parts = (SHARDS * SHARDS + (SHARDS - 1) * SHARDS / 2) as u64;
+        for (i, shard) in self.shards.iter_mut().enumerate() {
+            let expected = (additional as u64 * (SHARDS + i) as u64).div_ceil(parts) as usize;
+            shard.reserve(expected + expected / 8 + 8);
         }
     }
 
@@ -677,6 +678,20 @@ mod tests {
         expected.sort();
         assert_eq!(all, expected, "iteration visits every entry once");
         assert_eq!(map.values().count(), map.len());
+    }
+
+    /// A table reserved for `n` entries takes `n` consecutive ids without any shard growing
+    /// (what replay relies on: an open reserves the table for the jobs it replays).
+    #[test]
+    fn a_reserved_table_takes_its_entries_without_growing() {
+        const N: u64 = 300_000;
+        let mut map: IdMap<()> = IdMap::with_capacity(N as usize);
+        let before: Vec<usize> = map.shards.iter().map(HashMap::capacity).collect();
+        for seq in 0..N {
+            map.insert(JobId::compose(seq, 493_000), ());
+        }
+        let after: Vec<usize> = map.shards.iter().map(HashMap::capacity).collect();
+        assert_eq!(before, after, "no shard grew");
     }
 
     /// What the sharding is for: no insert moves more than a small part of the table, and the
