@@ -55,7 +55,8 @@ use state::{Mode, State, state_index};
 const STEP_ASIDE_MAX: Duration = Duration::from_millis(1);
 
 /// Shards of the job table one step of a page's scan reads under the state lock (of 256): at
-/// ten million jobs, about 0.6 ms of the pass's 40 (3-4 ms per million, docs/benchmarks.md).
+/// ten million jobs, about 1.4 ms of the pass's 90 (about 9 ms per million jobs, the
+/// `listing` workload in docs/benchmarks.md).
 const PAGE_SHARDS_PER_HOLD: usize = 4;
 
 /// The durable timer and job engine. See the crate docs for an example.
@@ -764,7 +765,7 @@ impl Engine {
     ///
     /// It lists the jobs in memory: every job within the resident horizon, and the far ones a
     /// call read back. Scheduled jobs kept on disk only, beyond the horizon, are not listed
-    /// (`StoreStats::non_resident` counts them). A page is one pass over the job table (3-4
+    /// (`StoreStats::non_resident` counts them). A page is one pass over the job table (about 9
     /// ms per million jobs, see docs/benchmarks.md), which takes the state lock for a
     /// 64th of the table at a time, so the timer and the other calls go on meanwhile;
     /// page sparingly on a big engine all the same. The pass is not one snapshot: a job

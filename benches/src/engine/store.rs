@@ -263,7 +263,8 @@ pub fn horizon_child() -> bool {
 }
 
 /// `Engine::jobs`: ms for one page of `page` jobs due in the next hour, out of `jobs` resident
-/// jobs, best of 5 (one pass over the job table under the state lock).
+/// jobs, best of 5 (one pass over the job table, the state lock taken for four of its 256
+/// shards at a time).
 pub fn listing(dir: &Path, jobs: u64, page: usize) -> f64 {
     let config = Config::new(dir)
         .durability(Durability::Buffered)

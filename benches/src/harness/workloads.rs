@@ -843,7 +843,7 @@ fn listing(s: &Sizes, cx: &Context) -> Workload {
         title: "Listing jobs".into(),
         note: format!(
             "`Engine::jobs`: one page of the jobs due in the next hour out of {n} resident jobs, \
-             best of 5 (one pass over the job table under the state lock)."
+             best of 5 (one pass over the job table, the state lock taken for four of its 256 shards at a time)."
         ),
         kind: Kind::Other,
         runs: s.runs,
