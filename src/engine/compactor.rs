@@ -109,7 +109,7 @@ impl Shared {
                     for id in chunk {
                         state.far_gone.remove(id);
                     }
-                    self.step_aside(state, false);
+                    self.step_aside(state, u64::MAX);
                 }
                 let mut evicted = 0;
                 for chunk in far.chunks(JOBS_PER_LOCK_HOLD) {
@@ -118,7 +118,7 @@ impl Shared {
                     // Let the timer and the calls at the lock between chunks: a pass may evict
                     // a million jobs (measured: chunks of 256 back to back put 7-38 ms tails
                     // into fire lateness).
-                    self.step_aside(state, false);
+                    self.step_aside(state, u64::MAX);
                 }
                 // Jobs memory held beyond the horizon that this pass has caught up with (read
                 // back for a call, or changed after an earlier pass read them).
@@ -126,7 +126,7 @@ impl Shared {
                 for chunk in resident.chunks(JOBS_PER_LOCK_HOLD) {
                     let mut state = self.lock_state();
                     evicted += state.sweep_far_resident(chunk, folded_to, far_from);
-                    self.step_aside(state, false);
+                    self.step_aside(state, u64::MAX);
                 }
                 store.totals.evicted += evicted;
                 store.last_error = None;
@@ -239,11 +239,7 @@ impl Shared {
                         earliest = earliest.min(job.due_ms);
                     }
                 }
-                let notified = earliest < state.sleeping_until_ms;
-                if notified {
-                    self.wake.notify_all();
-                }
-                self.step_aside(state, notified);
+                self.step_aside(state, earliest);
             }
             store.totals.loaded += loaded;
             tracing::debug!(bucket, loaded, "loaded a bucket the horizon reached");
@@ -283,11 +279,7 @@ impl Shared {
                     earliest = earliest.min(job.due_ms);
                 }
             }
-            let notified = earliest < state.sleeping_until_ms;
-            if notified {
-                self.wake.notify_all();
-            }
-            self.step_aside(state, notified);
+            self.step_aside(state, earliest);
         }
         Ok(())
     }

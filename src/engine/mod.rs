@@ -647,12 +647,8 @@ impl Shared {
                 let done = ((c + 1) * CHUNK).min(pending.ends.len()) as u64;
                 state.keys.seen_up_to(end, end - len + done);
             }
-            let notified = earliest < state.sleeping_until_ms;
-            if notified {
-                sh.wake.notify_all();
-            }
             start = *chunk.last().expect("chunks are not empty");
-            sh.step_aside(state, notified);
+            sh.step_aside(state, earliest);
         }
     }
 
@@ -786,7 +782,7 @@ impl Engine {
             let shards = first..(first + PAGE_SHARDS_PER_HOLD).min(table::SHARDS);
             let state = sh.lock_state();
             state.page_scan(query, shards, &mut best);
-            sh.step_aside(state, false);
+            sh.step_aside(state, u64::MAX);
         }
         let (jobs, more) = sh.lock_state().page_finish(query, best);
         let next = more.then(|| crate::JobQuery {
@@ -1143,10 +1139,11 @@ impl Shared {
         }
     }
 
-    /// Lets go of the state lock between two chunks of a long piece of work (a batch's apply,
-    /// a listing's pass, a bucket's load), and lets a waiter take it first: the timer thread
-    /// when its deadline has passed (or `notified_timer`: this caller just woke it), else one
-    /// of the callers of `lock_state` waiting for it.
+    /// Ends a chunk of a long piece of work (a batch's apply, a listing's pass, a bucket's
+    /// load): wakes the timer thread if it sleeps past `earliest_due_ms`, the earliest due time
+    /// the chunk armed (`u64::MAX`: none), lets go of the state lock, and lets a waiter take it
+    /// first: the timer thread when its deadline has passed (or it was just woken), else one of
+    /// the callers of `lock_state` waiting for it.
     ///
     /// Why: `std`'s mutex is not fair. A thread that lets go of it and takes it again at once
     /// takes it before a waiter woken by the release has even run, so chunks taken back to
@@ -1157,7 +1154,11 @@ impl Shared {
     /// [`STEP_ASIDE_MAX`]). It waits for one waiter, not all of them: with many callers at
     /// the lock there is always another, and waiting them all out held the work up (and, on
     /// two CPUs, the timer with it).
-    fn step_aside(&self, state: MutexGuard<'_, State>, notified_timer: bool) {
+    fn step_aside(&self, state: MutexGuard<'_, State>, earliest_due_ms: u64) {
+        let notified_timer = earliest_due_ms < state.sleeping_until_ms;
+        if notified_timer {
+            self.wake.notify_all();
+        }
         let timer_waits = self.config.timer_thread
             && !self.stopping.load(Ordering::Relaxed)
             && (notified_timer || state.sleeping_until_ms <= self.clock.now_ms());

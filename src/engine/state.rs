@@ -1250,8 +1250,6 @@ impl State {
         }
     }
 
-    /// The first `query.limit` jobs the query admits, in `(due_ms, id)` order, and whether
-    /// more follow. One pass over the table, keeping the smallest in a bounded heap.
     /// Adds the jobs of the table's shards `shards` that `query` admits to `best`, which keeps
     /// the `query.limit + 1` first by `(due_ms, id)`: one step of a page's scan (see
     /// `Engine::jobs`, which takes the state lock for a few shards at a time).

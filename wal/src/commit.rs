@@ -17,8 +17,9 @@
 //!   call: every sync woke them all, and most went back to sleep.) Leadership is
 //!   only ever taken under the append lock, so a thread that holds that lock (a roll) can wait
 //!   for the leaders in flight without a deadlock: no new leader can appear meanwhile.
-//! - **Two syncs in flight** (`syncs_max` = 2; the default is 1, see `WalOptions::syncs_in_flight`): a second leader takes what
-//!   was written after the first took its own. Their ranges never share a page (every take
+//! - **Two syncs in flight** (`syncs_max` = 2; the default is 1, see
+//!   `WalOptions::syncs_in_flight`): a second leader takes what was written after the first
+//!   took its own. Their ranges never share a page (every take
 //!   closes the group first). `durable` moves only over a *prefix* of finished syncs: a second
 //!   sync that ends first acknowledges nothing until the first has ended too. Recovery needs
 //!   nothing new: a record of the second group was written before the first was durable, so it
