@@ -378,19 +378,6 @@ impl<V> std::ops::Index<&JobId> for IdMap<V> {
     }
 }
 
-impl<'a, V> IntoIterator for &'a IdMap<V> {
-    type Item = (&'a JobId, &'a V);
-    type IntoIter = std::iter::FlatMap<
-        std::slice::Iter<'a, HashMap<JobId, V, IdBuild>>,
-        std::collections::hash_map::Iter<'a, JobId, V>,
-        fn(&'a HashMap<JobId, V, IdBuild>) -> std::collections::hash_map::Iter<'a, JobId, V>,
-    >;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.shards.iter().flat_map(HashMap::iter)
-    }
-}
-
 /// A set of job ids that grows with the jobs: sharded as [`IdMap`] is.
 #[derive(Debug, Default)]
 pub(crate) struct IdSet(IdMap<()>);
