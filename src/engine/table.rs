@@ -200,6 +200,9 @@ pub(crate) type CallIdSet = std::collections::HashSet<JobId, IdBuild>;
 const SHARD_BITS: u32 = 8;
 /// Shards of each table that grows with the jobs.
 pub(crate) const SHARDS: usize = 1 << SHARD_BITS;
+/// The fewest entries [`IdMap::reserve`] makes room for ahead: below it, about 64 a shard,
+/// each shard grows by itself (moving at most a few dozen entries at a time).
+const RESERVE_MIN: usize = SHARDS * 64;
 
 /// Bits of the well-mixed number a shard is picked from (see [`SHARD_OF`]).
 const PICK_BITS: u32 = 12;
@@ -343,6 +346,11 @@ impl<V> IdMap<V> {
     /// (shard `i` takes `256 + i` parts, see [`SHARD_OF`]; with a margin), so that none of
     /// them grows while they arrive.
     pub fn reserve(&mut self, additional: usize) {
+        // A small table grows in small steps that stop nobody; reserving would allocate all
+        // 256 shards (what every open of a small directory did, a twentieth of its time).
+        if additional < RESERVE_MIN {
+            return;
+        }
         let parts = (SHARDS * SHARDS + (SHARDS - 1) * SHARDS / 2) as u64;
         for (i, shard) in self.shards.iter_mut().enumerate() {
             let expected = (additional as u64 * (SHARDS + i) as u64).div_ceil(parts) as usize;

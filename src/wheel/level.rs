@@ -18,6 +18,8 @@
 //! block, and a summary bit per 64-slot word says whether the word is non-zero, so the first
 //! occupied slot of a ring is found with at most four word reads, however many slots are empty.
 
+use std::mem::ManuallyDrop;
+
 #[cfg(doc)]
 use super::block::SMALL_BLOCK_ITEMS;
 use super::block::{Item, Pool, Slot};
@@ -106,7 +108,10 @@ pub(crate) struct Level {
     /// uses a ring costs neither its allocation nor a pass over its slots when dropped (an
     /// engine opens a fresh wheel at every open, and the simulation and the fuzzer open
     /// thousands).
-    slots: Vec<Slot>,
+    ///
+    /// `ManuallyDrop`: dropping the ring drops only the slots `owned` names (a pass over every
+    /// slot of every ring was a twentieth of a small engine's open and close).
+    slots: Vec<ManuallyDrop<Slot>>,
     /// How many slots the ring has.
     len: usize,
     /// Whether new blocks start small and grow (see [`SMALL_BLOCK_ITEMS`]).
@@ -114,6 +119,22 @@ pub(crate) struct Level {
     words: Box<[u64]>,
     /// Bit `w` is set when `words[w] != 0`.
     summary: u64,
+    /// Slots that may hold an allocation (written since they were last taken out): a slot
+    /// emptied by pops keeps its list of blocks for the next item.
+    owned: Box<[u64]>,
+}
+
+impl Drop for Level {
+    fn drop(&mut self) {
+        for (w, &word) in self.owned.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let slot = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                drop(std::mem::take(&mut *self.slots[slot]));
+            }
+        }
+    }
 }
 
 impl Level {
@@ -126,12 +147,13 @@ impl Level {
             small_blocks,
             words: vec![0; slots.div_ceil(64)].into_boxed_slice(),
             summary: 0,
+            owned: vec![0; slots.div_ceil(64)].into_boxed_slice(),
         }
     }
 
     /// The slots, allocated now if they were not.
     #[inline]
-    fn slots_mut(&mut self) -> &mut [Slot] {
+    fn slots_mut(&mut self) -> &mut [ManuallyDrop<Slot>] {
         if self.slots.is_empty() {
             self.allocate();
         }
@@ -141,11 +163,13 @@ impl Level {
     #[cold]
     #[inline(never)]
     fn allocate(&mut self) {
-        self.slots = (0..self.len).map(|_| Slot::default()).collect();
+        self.slots = (0..self.len).map(|_| ManuallyDrop::default()).collect();
     }
 
     #[inline]
     fn mark(&mut self, slot: usize) {
+        // Every slot that gets contents may own an allocation from then on.
+        self.owned[slot / 64] |= 1u64 << (slot % 64);
         self.words[slot / 64] |= 1u64 << (slot % 64);
         self.summary |= 1u64 << (slot / 64);
     }
@@ -191,7 +215,8 @@ impl Level {
         if self.slots.is_empty() {
             return Slot::default();
         }
-        std::mem::take(&mut self.slots[slot])
+        self.owned[slot / 64] &= !(1u64 << (slot % 64));
+        std::mem::take(&mut *self.slots[slot])
     }
 
     /// Puts contents into the empty `slot`.
@@ -201,7 +226,7 @@ impl Level {
             return;
         }
         self.mark(slot);
-        self.slots_mut()[slot] = contents;
+        *self.slots_mut()[slot] = contents;
     }
 
     /// The contents of `slot`, to read or to sweep; [`settle`](Self::settle) after a sweep
@@ -335,6 +360,45 @@ mod tests {
         assert_eq!(level.first_from(0), Some(3_000));
         assert_eq!(level.pop(3_000, &mut pool), Some(item()));
         assert_eq!(level.first_from(0), None);
+    }
+
+    /// Dropping a ring drops only the slots `owned` names, so every slot holding an
+    /// allocation must be named there, through pushes, pops, takes, puts and sweeps.
+    #[test]
+    fn every_slot_holding_an_allocation_is_owned() {
+        let (mut level, mut pool) = (Level::new(MS_SLOTS, true), Pool::default());
+        let check = |level: &Level| {
+            for (slot, contents) in level.slots.iter().enumerate() {
+                let owned = level.owned[slot / 64] & (1u64 << (slot % 64)) != 0;
+                if contents.blocks.capacity() > 0 {
+                    assert!(owned, "slot {slot} holds blocks and is not owned");
+                }
+            }
+        };
+        let mut seed = 7u64;
+        for step in 0..20_000u32 {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let slot = (seed >> 33) as usize % MS_SLOTS;
+            match (seed >> 60) % 4 {
+                0 | 1 => level.push(slot, item(), &mut pool),
+                2 => {
+                    level.pop(slot, &mut pool);
+                }
+                _ => {
+                    let taken = level.take(slot);
+                    let back = (slot + 1) % MS_SLOTS;
+                    if level.slot(back).is_empty() {
+                        level.put(back, taken);
+                    } else {
+                        drop(taken);
+                    }
+                }
+            }
+            if step % 1_000 == 0 {
+                check(&level);
+            }
+        }
+        check(&level);
     }
 
     #[test]
