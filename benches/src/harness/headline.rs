@@ -98,7 +98,11 @@ const ROWS: &[Row] = &[
         label: "sidecar fire lateness, on the client's clock",
         workload: "sidecar-lateness",
         ours: &[
-            ("timewheel serve, 20000 fires/s", "p99.9", "p99.9 at 20k fires/s"),
+            (
+                "timewheel serve, 20000 fires/s",
+                "p99.9",
+                "p99.9 at 20k fires/s",
+            ),
             ("timewheel serve, 1000 fires/s", "p99.9", "at 1k"),
         ],
         peers: &[],
