@@ -4,19 +4,12 @@
 //! `sidecar-lateness` workload does and prints, per round, the client's lateness (due to the
 //! event line read) beside the engine's own (due to ready queue) and the claim wait (ready
 //! queue to claim), so a tail can be placed.
-use std::path::PathBuf;
-
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let jobs: u64 = args.first().map_or(100_000, |a| a.parse().expect("JOBS"));
     let span_ms: u64 = args.get(1).map_or(5_000, |a| a.parse().expect("SPAN_MS"));
     let rounds: u32 = args.get(2).map_or(3, |a| a.parse().expect("ROUNDS"));
-    let bin: PathBuf = std::env::current_exe()
-        .expect("exe")
-        .parent()
-        .and_then(|p| p.parent())
-        .expect("target dir")
-        .join("timewheel");
+    let bin = timewheel_benches::sidecar::release_binary().expect("the release timewheel binary");
     let root = std::env::temp_dir().join(format!("sidecar-lateness-probe-{}", std::process::id()));
     for round in 1..=rounds {
         let l = timewheel_benches::sidecar::lateness(&bin, &root, jobs, span_ms);

@@ -23,13 +23,13 @@ use crate::engine::now_us;
 const WRITE_BATCH: usize = 1024;
 
 /// The release `timewheel` binary beside the running executable (`target/release/`, or its
-/// parent when run from `target/release/deps/`), built first with cargo when cargo runs us
-/// (`CARGO` is set). An error says why there is none.
+/// parent when run from `target/release/deps/` or `target/release/examples/`), built first
+/// with cargo when cargo runs us (`CARGO` is set). An error says why there is none.
 pub fn release_binary() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut dir = exe.parent().ok_or("no parent of the executable")?;
-    if dir.ends_with("deps") {
-        dir = dir.parent().ok_or("no parent of deps/")?;
+    if dir.ends_with("deps") || dir.ends_with("examples") {
+        dir = dir.parent().ok_or("no parent of deps/ or examples/")?;
     }
     let bin = dir.join("timewheel");
     if let Some(cargo) = std::env::var_os("CARGO") {
