@@ -38,6 +38,11 @@ pub struct Config {
     /// 8 callers, 9-25 % fewer from 64 (docs/design.md, "Two syncs in flight").
     /// Acknowledgements stay in log order either way.
     pub syncs_in_flight: usize,
+    /// How far past its last commit block the log may write before a sync makes that block
+    /// durable, in bytes (a multiple of 4096; see `WalOptions::write_reach_bytes`). Each
+    /// open proves only this much of the last segment's unused part to be zero, instead of
+    /// reading it to the end; a batch larger than this waits for a sync every this many bytes.
+    pub write_reach_bytes: u64,
     /// Largest payload a job may carry.
     pub payload_bytes_max: usize,
     /// Largest failure reason `fail` records; longer ones are refused.
@@ -145,6 +150,7 @@ impl Config {
             durability: self.durability,
             recovery_mode: self.recovery_mode,
             syncs_in_flight: self.syncs_in_flight,
+            write_reach_bytes: self.write_reach_bytes,
         }
     }
 
@@ -156,6 +162,7 @@ impl Config {
             recovery_mode: RecoveryMode::TolerateTornTail,
             segment_bytes: 64 << 20,
             syncs_in_flight: timewheel_wal::WalOptions::SYNCS_IN_FLIGHT_DEFAULT,
+            write_reach_bytes: timewheel_wal::WalOptions::WRITE_REACH_DEFAULT,
             payload_bytes_max: 64 << 10,
             fail_reason_bytes_max: 4 << 10,
             due_ahead_ms_max: 100 * 366 * 24 * HOUR_MS,
@@ -190,6 +197,9 @@ impl Config {
     /// Checks the limits against each other.
     pub(crate) fn validate(&self) -> crate::Result<()> {
         let bad = |field, reason: &str| Err(crate::Error::invalid(field, reason));
+        if self.write_reach_bytes == 0 || !self.write_reach_bytes.is_multiple_of(4096) {
+            return bad("write_reach_bytes", "a positive multiple of 4096");
+        }
         if self.payload_bytes_max > (16 << 20) {
             return bad("payload_bytes_max", "at most 16 MiB");
         }
@@ -287,6 +297,12 @@ impl Config {
     /// Sets [`Config::syncs_in_flight`](Config#structfield.syncs_in_flight).
     pub fn syncs_in_flight(mut self, syncs_in_flight: usize) -> Self {
         self.syncs_in_flight = syncs_in_flight;
+        self
+    }
+
+    /// Sets [`Config::write_reach_bytes`](Config#structfield.write_reach_bytes).
+    pub fn write_reach_bytes(mut self, write_reach_bytes: u64) -> Self {
+        self.write_reach_bytes = write_reach_bytes;
         self
     }
 

@@ -55,6 +55,7 @@ fn changed_after(disk: &FaultDisk, lsn: u64, config: &Config) -> Option<HashSet<
         record_bytes_max: u32::try_from(timewheel::record::record_bytes_max(config))
             .expect("a validated config's record limit fits a u32"),
         durability: Durability::Buffered,
+        write_reach_bytes: config.write_reach_bytes,
         ..WalOptions::default()
     };
     let (wal, _) = Wal::open(storage, options).ok()?;

@@ -8,17 +8,22 @@
 //!
 //! 0        8     10  11  12      16          24      32          40            48          60    64
 //! +--------+-----+---+---+-------+-----------+-------+-----------+-------------+-----------+-----+
-//! | magic  | ver |ck |hf | rsv32 | segment_id| salt  | first_lsn |segment_bytes| rsv (12)  | crc |
-//! +--------+-----+---+---+-------+-----------+-------+-----------+-------------+-----------+-----+
-//!   header crc = crc32(bytes 0..60), unseeded; the rest of the first page is zero, and
-//!   commit blocks start at 4096
+//! | magic  | ver |ck |hf | rsv32 | segment_id| salt  | first_lsn |segment_bytes|wb |rsv(8) | crc |
+//! +--------+-----+---+---+-------+-----------+-------+-----------+-------------+---+-------+-----+
+//!   wb = write bound in pages (u32, see below); header crc = crc32(bytes 0..60), unseeded;
+//!   the rest of the first page is zero, and commit blocks start at 4096
 //!
 //! Commit block (one per group commit), at a 4096-aligned offset B >= 4096:
 //!
 //!   B: records of the group, contiguous, consecutive LSNs
 //!   M = align512(end of the group): MIRROR record (type 0xF1), body =
-//!       group_start u64 (= B) | first_lsn u64 | count u32 | reserved u32 (0) | the frames
+//!       group_start u64 (= B) | first_lsn u64 | count u32 | write_bound u32 (pages) | the frames
 //!   padding (never written, never read) up to the next 4096 boundary: the next block
+//!
+//! Write bound (version 3): the header and every mirror name an offset (in pages of 4096) at
+//! and after which the log has written nothing in the segment, and writes nothing until a
+//! later block naming a higher bound is durable. Recovery proves zeros only up to the highest
+//! bound it found, not to the end of the file.
 //!
 //!   or, written by a clean close at a block start: a CLOSE record (type 0xF2, no body)
 //!
@@ -44,10 +49,13 @@ use crate::error::CorruptionReason;
 
 /// The first 8 bytes of every segment file.
 pub const MAGIC: [u8; 8] = *b"TWWALSEG";
-/// The format version this code writes and the only one it reads. Version 2 added commit
-/// blocks (page-aligned group commits with a mirror, see [`RECORD_TYPE_MIRROR`]), the header
-/// page, and the close marker; version 1 segments are refused.
-pub const FORMAT_VERSION: u16 = 2;
+/// The format version this code writes. Version 3 added the write bound (see
+/// [`SegmentHeader::write_bound`]); version 2 added commit blocks (page-aligned group commits
+/// with a mirror, see [`RECORD_TYPE_MIRROR`]), the header page, and the close marker.
+pub const FORMAT_VERSION: u16 = 3;
+/// The oldest format version this code reads: a version 2 segment has no write bound (its
+/// zero checks run to the end of the file). Version 1 segments are refused.
+pub const FORMAT_VERSION_READ_MIN: u16 = 2;
 /// Checksum kind 1: crc32 (IEEE, `crc32fast`) seeded with the segment salt and record offset.
 pub const CHECKSUM_CRC32_SALTED: u8 = 1;
 
@@ -61,8 +69,9 @@ const SEGMENT_ID_OFFSET: usize = HEADER_RESERVED_OFFSET + 4;
 const SALT_OFFSET: usize = SEGMENT_ID_OFFSET + 8;
 const FIRST_LSN_OFFSET: usize = SALT_OFFSET + 8;
 const SEGMENT_BYTES_OFFSET: usize = FIRST_LSN_OFFSET + 8;
-const HEADER_PAD_OFFSET: usize = SEGMENT_BYTES_OFFSET + 8;
-const HEADER_CRC_OFFSET: usize = HEADER_PAD_OFFSET + 12;
+const WRITE_BOUND_OFFSET: usize = SEGMENT_BYTES_OFFSET + 8;
+const HEADER_PAD_OFFSET: usize = WRITE_BOUND_OFFSET + 4;
+const HEADER_CRC_OFFSET: usize = HEADER_PAD_OFFSET + 8;
 /// Bytes of the segment header; the first record starts right after it.
 pub const SEGMENT_HEADER_BYTES: usize = HEADER_CRC_OFFSET + 4;
 const _: () = assert!(SEGMENT_HEADER_BYTES == 64);
@@ -97,8 +106,10 @@ pub const BLOCK_ALIGN: u64 = 4096;
 /// sector holds bytes of the group or of its mirror, never of both.
 pub const MIRROR_ALIGN: u64 = 512;
 /// Bytes of a mirror's body before the copied frames: `group_start u64 | first_lsn u64 |
-/// count u32 | reserved u32`.
+/// count u32 | write_bound u32` (pages; 0 in version 2: none).
 pub const MIRROR_PREFIX_BYTES: usize = 24;
+/// Write bounds are counted in units of this many bytes (the page size).
+pub const WRITE_BOUND_UNIT: u64 = 4096;
 /// Groups grow to at most this many bytes of frames (a single larger record is a group of its
 /// own); a larger batch is split into several blocks.
 pub const GROUP_BYTES_MAX: u64 = 1 << 20;
@@ -142,6 +153,11 @@ pub struct SegmentHeader {
     pub first_lsn: Lsn,
     /// The file length, fixed at creation.
     pub segment_bytes: u64,
+    /// The write bound of an empty segment (version 3): the log writes nothing at or after
+    /// this offset until a durable block names a higher bound. A multiple of
+    /// [`WRITE_BOUND_UNIT`], at most `segment_bytes`; a version 2 header decodes to
+    /// `segment_bytes` (no bound).
+    pub write_bound: u64,
 }
 
 /// A decoded record header. Decoding never fails; [`check_record_header`] and
@@ -263,17 +279,21 @@ pub struct MirrorPrefix {
     pub first_lsn: Lsn,
     /// Records in the group.
     pub count: u32,
+    /// The write bound this block names once durable (a multiple of [`WRITE_BOUND_UNIT`]; 0:
+    /// none, as version 2 wrote).
+    pub write_bound: u64,
 }
 
 /// Decodes a mirror body's prefix (`body` at least [`MIRROR_PREFIX_BYTES`] long).
 pub fn decode_mirror_prefix(body: &[u8]) -> Option<MirrorPrefix> {
-    if body.len() < MIRROR_PREFIX_BYTES || u32_at(body, 20) != 0 {
+    if body.len() < MIRROR_PREFIX_BYTES {
         return None;
     }
     Some(MirrorPrefix {
         group_start: u64_at(body, 0),
         first_lsn: u64_at(body, 8),
         count: u32_at(body, 16),
+        write_bound: u64::from(u32_at(body, 20)) * WRITE_BOUND_UNIT,
     })
 }
 
@@ -290,6 +310,7 @@ pub fn encode_mirror(
     prefix[0..8].copy_from_slice(&group.group_start.to_le_bytes());
     prefix[8..16].copy_from_slice(&group.first_lsn.to_le_bytes());
     prefix[16..20].copy_from_slice(&group.count.to_le_bytes());
+    prefix[20..24].copy_from_slice(&bound_pages(group.write_bound).to_le_bytes());
     let meta = RecordMeta {
         lsn: group.first_lsn + u64::from(group.count) - 1,
         record_type: RECORD_TYPE_MIRROR,
@@ -371,6 +392,52 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
+/// A write bound as stored: in pages, saturating (a bound past what fits names no bound
+/// lower than the truth, since it is capped by the segment's length when read).
+fn bound_pages(bound: u64) -> u32 {
+    assert!(
+        bound.is_multiple_of(WRITE_BOUND_UNIT),
+        "write bounds are whole pages"
+    );
+    u32::try_from(bound / WRITE_BOUND_UNIT).unwrap_or(u32::MAX)
+}
+
+/// The most frame bytes one commit block's group can hold, with records of at most
+/// `record_bytes_max` bytes of body: [`GROUP_BYTES_MAX`], or a single larger record.
+pub const fn group_bytes_max(record_bytes_max: u32) -> u64 {
+    let one = frame_bytes(record_bytes_max as usize) as u64;
+    if one > GROUP_BYTES_MAX {
+        one
+    } else {
+        GROUP_BYTES_MAX
+    }
+}
+
+/// How far past the start of the next block a block's write bound reaches: `wanted` (the
+/// writer may run that far ahead of its last durable block before it waits for a sync, and
+/// recovery proves that many zero bytes after the last block), raised to room for one whole
+/// block (its largest group and mirror), so that once every sealed block is durable the next
+/// block fits under the bound.
+pub const fn write_reach(record_bytes_max: u32, wanted: u64) -> u64 {
+    let block = align_to(
+        sealed_end(0, group_bytes_max(record_bytes_max)),
+        WRITE_BOUND_UNIT,
+    );
+    let wanted = align_to(wanted, WRITE_BOUND_UNIT);
+    if block > wanted { block } else { wanted }
+}
+
+/// The write bound a block (or an empty segment's header) names when the next block starts
+/// at `next_block` in a file of `file_bytes`.
+pub const fn write_bound_after(next_block: u64, reach: u64, file_bytes: u64) -> u64 {
+    let bound = next_block + reach;
+    if bound < file_bytes {
+        bound
+    } else {
+        file_bytes
+    }
+}
+
 /// Encodes a segment header.
 pub fn encode_header(h: &SegmentHeader) -> [u8; SEGMENT_HEADER_BYTES] {
     let mut b = [0u8; SEGMENT_HEADER_BYTES];
@@ -380,7 +447,9 @@ pub fn encode_header(h: &SegmentHeader) -> [u8; SEGMENT_HEADER_BYTES] {
     b[SEGMENT_ID_OFFSET..SALT_OFFSET].copy_from_slice(&h.segment_id.to_le_bytes());
     b[SALT_OFFSET..FIRST_LSN_OFFSET].copy_from_slice(&h.salt.to_le_bytes());
     b[FIRST_LSN_OFFSET..SEGMENT_BYTES_OFFSET].copy_from_slice(&h.first_lsn.to_le_bytes());
-    b[SEGMENT_BYTES_OFFSET..HEADER_PAD_OFFSET].copy_from_slice(&h.segment_bytes.to_le_bytes());
+    b[SEGMENT_BYTES_OFFSET..WRITE_BOUND_OFFSET].copy_from_slice(&h.segment_bytes.to_le_bytes());
+    b[WRITE_BOUND_OFFSET..HEADER_PAD_OFFSET]
+        .copy_from_slice(&bound_pages(h.write_bound).to_le_bytes());
     let crc = crc32fast::hash(&b[..HEADER_CRC_OFFSET]);
     b[HEADER_CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
     b
@@ -395,7 +464,7 @@ pub fn decode_header(b: &[u8; SEGMENT_HEADER_BYTES]) -> Result<SegmentHeader, Co
         return Err(CorruptionReason::HeaderMagic);
     }
     let version = u16_at(b, VERSION_OFFSET);
-    if version != FORMAT_VERSION {
+    if !(FORMAT_VERSION_READ_MIN..=FORMAT_VERSION).contains(&version) {
         return Err(CorruptionReason::HeaderVersion { found: version });
     }
     if b[CHECKSUM_KIND_OFFSET] != CHECKSUM_CRC32_SALTED {
@@ -403,19 +472,27 @@ pub fn decode_header(b: &[u8; SEGMENT_HEADER_BYTES]) -> Result<SegmentHeader, Co
             found: b[CHECKSUM_KIND_OFFSET],
         });
     }
+    let bound_pages = u32_at(b, WRITE_BOUND_OFFSET);
     let reserved_zero = b[HEADER_FLAGS_OFFSET] == 0
         && u32_at(b, HEADER_RESERVED_OFFSET) == 0
+        && (version > 2 || bound_pages == 0)
         && b[HEADER_PAD_OFFSET..HEADER_CRC_OFFSET]
             .iter()
             .all(|&x| x == 0);
     if !reserved_zero {
         return Err(CorruptionReason::HeaderReserved);
     }
+    let segment_bytes = u64_at(b, SEGMENT_BYTES_OFFSET);
+    let write_bound = match u64::from(bound_pages) * WRITE_BOUND_UNIT {
+        0 => segment_bytes,
+        bound => bound.min(segment_bytes),
+    };
     Ok(SegmentHeader {
         segment_id: u64_at(b, SEGMENT_ID_OFFSET),
         salt: u64_at(b, SALT_OFFSET),
         first_lsn: u64_at(b, FIRST_LSN_OFFSET),
-        segment_bytes: u64_at(b, SEGMENT_BYTES_OFFSET),
+        segment_bytes,
+        write_bound,
     })
 }
 
@@ -554,6 +631,7 @@ mod tests {
             salt: 0xABCD,
             first_lsn: 99,
             segment_bytes: 8192,
+            write_bound: 8192,
         };
         let mut b = encode_header(&h);
         assert_eq!(decode_header(&b), Ok(h));

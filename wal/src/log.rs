@@ -22,7 +22,7 @@ use crate::error::Error;
 use crate::format::{
     Cursor, FIRST_BLOCK_OFFSET, FLAGS_KNOWN, MirrorPrefix, Place, RECORD_TYPE_INVALID,
     RECORD_TYPE_USER_MAX, RecordMeta, durable_delta, encode_close, encode_mirror, encode_record,
-    frame_bytes, next_block, sealed_end,
+    frame_bytes, next_block, sealed_end, write_bound_after,
 };
 use crate::options::{Durability, WalOptions};
 use crate::reader::{Iter, SegmentView};
@@ -142,6 +142,9 @@ struct LogState<F> {
     scratch: Vec<u8>,
     /// The open group of the current segment: records written since the last seal.
     group: OpenGroup,
+    /// Write bounds named by the current segment's sealed blocks that are not yet known
+    /// durable, as (the block's last LSN, its bound), oldest first.
+    raises: VecDeque<(Lsn, u64)>,
     closed: bool,
 }
 
@@ -236,6 +239,7 @@ impl<S: Storage> Wal<S> {
                 next_lsn: last_lsn + 1,
                 scratch: Vec::new(),
                 group: OpenGroup::default(),
+                raises: VecDeque::new(),
                 closed: false,
             }),
             commit: GroupCommit::new(last_lsn, opts.syncs_in_flight),
@@ -631,6 +635,16 @@ impl<S: Storage> Wal<S> {
                     }
                 }
             }
+            if log.group.count == 0 && !sh.block_fits_bound(log) {
+                // The new block could grow past the write bound: wait for the sealed blocks
+                // before it to be durable, the last of which names a bound far enough.
+                sh.wait_commit_locked(log, sh.commit.written_lsn())?;
+                durable = sh.commit.durable_lsn();
+                assert!(
+                    sh.block_fits_bound(log),
+                    "once every block is durable the next one fits its write bound"
+                );
+            }
             let seg = log.segments.back().expect("a segment");
             if log.group.count == 0 {
                 log.group.start = seg.end;
@@ -734,10 +748,16 @@ impl<S: Storage> Shared<S> {
             crate::format::frame_bytes(crate::format::MIRROR_PREFIX_BYTES + group.frames.len())
                 as u64;
         let mirror_at = mirror_end - frame;
+        let write_bound = write_bound_after(
+            next_block(mirror_end),
+            self.opts.write_reach(),
+            seg.file_bytes,
+        );
         let prefix = MirrorPrefix {
             group_start: group.start,
             first_lsn: group.first_lsn,
             count: group.count,
+            write_bound,
         };
         log.scratch.clear();
         encode_mirror(&mut log.scratch, seg.salt, mirror_at, prefix, &group.frames);
@@ -748,6 +768,8 @@ impl<S: Storage> Shared<S> {
         }
         log.scratch.clear();
         seg.end = next_block(mirror_end);
+        let last_lsn = group.first_lsn + u64::from(group.count) - 1;
+        log.raises.push_back((last_lsn, write_bound));
         self.commit.publish_dirty(DirtyRange {
             segment_id: seg.id,
             file: Arc::clone(&seg.file),
@@ -775,11 +797,16 @@ impl<S: Storage> Shared<S> {
             return Ok(()); // not everything is sealed: nothing to vouch for
         }
         let last_lsn = log.next_lsn - 1;
+        let write_bound = self.write_bound(log);
         let seg = log.segments.back().expect("a segment");
         let at = seg.end;
         if at + crate::format::RECORD_HEADER_BYTES as u64 > seg.file_bytes {
             return Ok(()); // a full segment: the next open copies it instead
         }
+        assert!(
+            at + crate::format::RECORD_HEADER_BYTES as u64 <= write_bound,
+            "a clean close finds every block durable, the last naming a bound past the marker"
+        );
         log.scratch.clear();
         encode_close(&mut log.scratch, seg.salt, at, last_lsn);
         let written = seg
@@ -793,6 +820,32 @@ impl<S: Storage> Shared<S> {
             return Err(Error::Io(e));
         }
         Ok(())
+    }
+
+    /// The current segment's write bound: the highest its header or a durable block names
+    /// (blocks whose sync returned raise it here).
+    fn write_bound(&self, log: &mut LogState<S::File>) -> u64 {
+        let durable = self.commit.durable_lsn();
+        let seg = log.segments.back_mut().expect("a segment");
+        while let Some(&(lsn, bound)) = log.raises.front()
+            && lsn <= durable
+        {
+            seg.write_bound = seg.write_bound.max(bound);
+            log.raises.pop_front();
+        }
+        seg.write_bound
+    }
+
+    /// Whether a block opened at the current segment's end could grow to its largest (or to
+    /// the end of the file) without passing the write bound.
+    fn block_fits_bound(&self, log: &mut LogState<S::File>) -> bool {
+        let seg = log.current();
+        let largest = sealed_end(
+            seg.end,
+            crate::format::group_bytes_max(self.opts.record_bytes_max),
+        )
+        .min(seg.file_bytes);
+        largest <= self.write_bound(log)
     }
 
     /// Waits for `lsn` through group commit; `holds_writers`: the caller holds the `log` lock
@@ -991,8 +1044,10 @@ impl<S: Storage> Shared<S> {
             self.next_changed.notify_all();
             file
         };
-        match start_segment(file, id, first_lsn, self.opts.segment_bytes) {
+        let reach = self.opts.write_reach();
+        match start_segment(file, id, first_lsn, (self.opts.segment_bytes, reach)) {
             Ok(segment) => {
+                log.raises.clear(); // the old segment's, all durable now
                 Figures::add(&self.figures.rolls, 1);
                 tracing::debug!(segment = id, first_lsn, "WAL rolled");
                 log.segments.push_back(segment);

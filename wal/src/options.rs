@@ -50,6 +50,12 @@ pub struct WalOptions {
     /// flushes and with few callers (see `docs/design.md`, "Two syncs in flight").
     /// Acknowledgements stay in LSN order either way.
     pub syncs_in_flight: usize,
+    /// How far past the next block each commit block's write bound reaches (a multiple of
+    /// 4096; raised to one whole block if smaller, see [`crate::format::write_reach`]).
+    /// Recovery proves zeros only this far past the last block instead of to the end of the
+    /// file; the writer that runs this far ahead of its last durable block (large unsynced
+    /// batches) waits for a sync first. Default [`WalOptions::WRITE_REACH_DEFAULT`].
+    pub write_reach_bytes: u64,
 }
 
 impl WalOptions {
@@ -59,12 +65,20 @@ impl WalOptions {
     pub const SEGMENT_BYTES_MIN: u64 = 8192;
     /// Largest segment size accepted: 1 TiB (offsets stay far from overflow).
     pub const SEGMENT_BYTES_MAX: u64 = 1 << 40;
+    /// Default write reach: 8 MiB.
+    pub const WRITE_REACH_DEFAULT: u64 = 8 << 20;
     /// Default record body limit: 1 MiB.
     pub const RECORD_BYTES_MAX_DEFAULT: u32 = 1 << 20;
     /// Default number of syncs in flight at once.
     pub const SYNCS_IN_FLIGHT_DEFAULT: usize = 1;
     /// Largest number of syncs in flight at once accepted.
     pub const SYNCS_IN_FLIGHT_MAX: usize = 8;
+
+    /// How far past the next block's start each block's write bound reaches (see
+    /// [`crate::format::write_reach`]): derived from `record_bytes_max`.
+    pub fn write_reach(&self) -> u64 {
+        crate::format::write_reach(self.record_bytes_max, self.write_reach_bytes)
+    }
 
     /// Checks that the options are consistent.
     pub fn validate(&self) -> Result<(), Error> {
@@ -85,6 +99,12 @@ impl WalOptions {
             return bad(format!(
                 "record_bytes_max = {} does not fit in a segment of {} bytes",
                 self.record_bytes_max, self.segment_bytes
+            ));
+        }
+        if self.write_reach_bytes == 0 || !self.write_reach_bytes.is_multiple_of(4096) {
+            return bad(format!(
+                "write_reach_bytes = {} must be a positive multiple of 4096",
+                self.write_reach_bytes
             ));
         }
         if self.syncs_in_flight == 0 || self.syncs_in_flight > Self::SYNCS_IN_FLIGHT_MAX {
@@ -111,6 +131,7 @@ impl Default for WalOptions {
             durability: Durability::default(),
             recovery_mode: RecoveryMode::default(),
             syncs_in_flight: Self::SYNCS_IN_FLIGHT_DEFAULT,
+            write_reach_bytes: Self::WRITE_REACH_DEFAULT,
         }
     }
 }

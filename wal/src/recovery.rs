@@ -45,7 +45,7 @@ use crate::format::{
     RECORD_ALIGN, RECORD_HEADER_BYTES, RECORD_TYPE_CLOSE, RECORD_TYPE_MIRROR, RECORD_TYPE_USER_MAX,
     RecordHeader, SEGMENT_HEADER_BYTES, SegmentHeader, align_to, check_record_crc,
     check_record_header, crc_seed, decode_header, decode_mirror_prefix, decode_record_header,
-    encode_mirror, next_block, record_disposition, sealed_end,
+    encode_header, encode_mirror, next_block, record_disposition, sealed_end, write_bound_after,
 };
 use crate::options::{RecoveryMode, WalOptions};
 use crate::scan_ahead::{Ahead, StopOnDrop, Taken};
@@ -244,6 +244,9 @@ pub(crate) struct Scan {
     pub(crate) zeros_after: bool,
     /// The highest LSN that a valid record of the segment vouches for (0: none).
     pub(crate) vouched: Lsn,
+    /// The highest write bound named by the header or an accepted block's mirror: the log
+    /// wrote nothing at or after it, so zeros are proved up to it only.
+    pub(crate) write_bound: u64,
     /// The first damage that could not be repaired, as (offset, reason).
     pub(crate) damage: Option<(u64, CorruptionReason)>,
 }
@@ -283,6 +286,12 @@ pub(crate) fn recover<S: Storage>(
 
     let mut window = Window::new(SCAN_CHUNK_BYTES);
     window.parallel = storage.parallel_reads();
+    let reach = opts.write_reach();
+    // A file with no valid header holds no block if this much of it is zero: a segment's
+    // first block starts at the first page after the header page, its records and mirror
+    // in at least two sectors, so one damaged sector can not make a started segment look
+    // unstarted; the rest of the file is not read (its first block's bound is below this).
+    let unstarted_proof = FIRST_BLOCK_OFFSET + reach;
     // Files made ahead for segments the log never rolled into: all zero, header included.
     // They hold nothing (a roll writes the header before any record), and the segment before
     // them is the last one. The lowest of them, the file right after the last segment, is
@@ -295,7 +304,7 @@ pub(crate) fn recover<S: Storage>(
         let name = segment_file_name(id);
         let file = storage.open(&name)?;
         window.reset();
-        if !rest_is_zero(&file, &mut window, 0)? {
+        if !zeros_between(&file, &mut window, 0, unstarted_proof)? {
             break;
         }
         if let Some((higher, file)) = next_file.replace((id, file)) {
@@ -351,7 +360,12 @@ pub(crate) fn recover<S: Storage>(
         if let Err(
             reason @ (CorruptionReason::HeaderChecksum | CorruptionReason::FileTooSmall { .. }),
         ) = read_header(&file, id, None)?
-            && rest_is_zero(&file, &mut window, SEGMENT_HEADER_BYTES as u64)?
+            && zeros_between(
+                &file,
+                &mut window,
+                SEGMENT_HEADER_BYTES as u64,
+                unstarted_proof,
+            )?
         {
             torn_roll = Some((name, reason));
             ids.pop();
@@ -444,6 +458,14 @@ pub(crate) fn recover<S: Storage>(
                     report.segments_verified += 1;
                 }
             }
+            // The segment appended to next needs a write bound a whole block past its end (see
+            // `write_reach`); a log written with smaller records has a lower one, which only a
+            // copy (a header naming a new bound) raises.
+            if appended_to
+                && scan.write_bound < write_bound_after(scan.end, reach, file.len_bytes())
+            {
+                copy = true;
+            }
             let mut file = file;
             if copy {
                 if scan.damage.is_some() {
@@ -464,7 +486,7 @@ pub(crate) fn recover<S: Storage>(
                 file = copy_segment(
                     storage,
                     file,
-                    (id, header.salt),
+                    (&header, reach),
                     &mut scan,
                     &mut window,
                     spare.map(|(_, f)| f),
@@ -479,6 +501,7 @@ pub(crate) fn recover<S: Storage>(
                 file_bytes: file.len_bytes(),
                 end: scan.end,
                 last_lsn: scan.last_lsn,
+                write_bound: scan.write_bound,
                 file: file.into(),
             });
         }
@@ -494,7 +517,7 @@ pub(crate) fn recover<S: Storage>(
     }
     if segments.is_empty() {
         // A fresh directory, or a first segment whose creation never became durable.
-        segments.push(install_segment(storage, 1, 1, opts.segment_bytes)?);
+        segments.push(install_segment(storage, 1, 1, (opts.segment_bytes, reach))?);
     }
     let last = segments.last().expect("at least one segment");
     // The file made ahead, if the copy did not take it and it still follows the last segment
@@ -819,6 +842,7 @@ pub(crate) fn scan_blocks<F: StorageFile>(
         closed: false,
         zeros_after: false,
         vouched: 0,
+        write_bound: header.write_bound.min(len),
         damage: None,
     };
     let mut b = from;
@@ -834,6 +858,8 @@ pub(crate) fn scan_blocks<F: StorageFile>(
         types.clear();
         // The loop found the group's valid mirror right after its last record.
         let mut mirror_ok = false;
+        // The write bound that mirror names.
+        let mut mirror_bound = 0;
         let stop = loop {
             // The group may end here, its mirror at the next sector boundary (the gap is never
             // read: it may be shorter than a record header, or damaged).
@@ -849,10 +875,12 @@ pub(crate) fn scan_blocks<F: StorageFile>(
                     )?);
                     if mh.record_type == RECORD_TYPE_MIRROR
                         && u64::from(mh.len) == MIRROR_PREFIX_BYTES as u64 + (o - b)
-                        && mirror_at(file, window, salt, m, b, first, Some(o - b))?
-                            .is_some_and(|(p, _)| u64::from(p.count) == lsn - first)
+                        && let Some((p, _)) =
+                            mirror_at(file, window, salt, m, b, first, Some(o - b))?
+                        && u64::from(p.count) == lsn - first
                     {
                         mirror_ok = true;
+                        mirror_bound = p.write_bound;
                         break None;
                     }
                 }
@@ -898,15 +926,16 @@ pub(crate) fn scan_blocks<F: StorageFile>(
                     && h.len == 0
                     && h.lsn == lsn - 1
                 {
-                    scan.closed = rest_is_zero(file, window, b + h.frame_bytes())?;
+                    scan.closed =
+                        zeros_between(file, window, b + h.frame_bytes(), scan.write_bound)?;
                     break;
                 }
-                if rest_is_zero(file, window, b)? {
+                if zeros_between(file, window, b, scan.write_bound)? {
                     scan.zeros_after = true;
                     break;
                 }
-            } else if mirror_ok
-                || mirror_at(
+            } else if mirror_ok || {
+                let found = mirror_at(
                     file,
                     window,
                     salt,
@@ -914,9 +943,16 @@ pub(crate) fn scan_blocks<F: StorageFile>(
                     b,
                     first,
                     Some(o - b),
-                )?
-                .is_some_and(|(p, g)| u64::from(p.count) == count && g == o - b)
-            {
+                )?;
+                match found {
+                    Some((p, g)) if u64::from(p.count) == count && g == o - b => {
+                        mirror_bound = p.write_bound;
+                        true
+                    }
+                    _ => false,
+                }
+            } {
+                scan.write_bound = scan.write_bound.max(mirror_bound.min(len));
                 report.records += records;
                 count_types(report, &types);
                 report.skipped_records += skipped;
@@ -955,6 +991,7 @@ pub(crate) fn scan_blocks<F: StorageFile>(
             });
             report.records += u64::from(prefix.count);
             report.bytes += group_bytes;
+            scan.write_bound = scan.write_bound.max(prefix.write_bound.min(len));
             scan.blocks.push(Block {
                 start: b,
                 group_bytes,
@@ -1058,13 +1095,14 @@ fn find_mirror<F: StorageFile>(
 pub(crate) fn copy_segment<S: Storage>(
     storage: &S,
     old: S::File,
-    (id, salt): (u64, u64),
+    (header, reach): (&SegmentHeader, u64),
     scan: &mut Scan,
     window: &mut Window,
     spare: Option<S::File>,
     retired: &mut Vec<S::File>,
 ) -> Result<S::File, Error> {
     let len = old.len_bytes();
+    let (id, salt) = (header.segment_id, header.salt);
     let name = copy_file_name(id);
     let new = match spare {
         Some(file) => {
@@ -1079,9 +1117,6 @@ pub(crate) fn copy_segment<S: Storage>(
             .map_err(|e| create_error(id, e))?,
     };
     let result = (|| -> Result<u64, Error> {
-        let mut header = [0u8; SEGMENT_HEADER_BYTES];
-        old.read_at(0, &mut header)?;
-        new.write_at(0, &header)?;
         let mut end = FIRST_BLOCK_OFFSET;
         let mut frames = Vec::new();
         let mut mirror = Vec::new();
@@ -1116,12 +1151,20 @@ pub(crate) fn copy_segment<S: Storage>(
                 group_start: block.start,
                 first_lsn,
                 count,
+                write_bound: write_bound_after(next_block(mirror_end), reach, len),
             };
             encode_mirror(&mut mirror, salt, at, prefix, &frames);
             debug_assert_eq!(at + mirror.len() as u64, mirror_end);
             new.write_at(at, &mirror)?;
             end = next_block(mirror_end);
         }
+        // The header (the old one's fields, this version's format) names a bound a whole
+        // block past the copy's end, whatever the old one named.
+        let fresh = SegmentHeader {
+            write_bound: write_bound_after(end, reach, len),
+            ..*header
+        };
+        new.write_at(0, &encode_header(&fresh))?;
         new.sync_range(0, end.min(len))?;
         storage.rename(&name, &segment_file_name(id))?;
         storage.sync_dir()?;
@@ -1137,6 +1180,7 @@ pub(crate) fn copy_segment<S: Storage>(
                 "WAL segment rewritten into a fresh file"
             );
             scan.end = end;
+            scan.write_bound = write_bound_after(end, reach, len);
             Ok(new)
         }
         Err(e) => {
@@ -1156,7 +1200,18 @@ pub(crate) fn rest_is_zero<F: StorageFile>(
     window: &mut Window,
     off: u64,
 ) -> io::Result<bool> {
-    let len = file.len_bytes();
+    zeros_between(file, window, off, u64::MAX)
+}
+
+/// Whether every byte of `file` from `off` up to `to` (or its end, if sooner) is zero: the
+/// zero checks that a write bound limits.
+pub(crate) fn zeros_between<F: StorageFile>(
+    file: &F,
+    window: &mut Window,
+    off: u64,
+    to: u64,
+) -> io::Result<bool> {
+    let len = file.len_bytes().min(to);
     if off >= len {
         return Ok(true);
     }

@@ -451,6 +451,7 @@ fn damaged_header<F: StorageFile>(file: &F, id: u64) -> io::Result<SegmentHeader
         salt: raw_header_salt(&raw),
         first_lsn: 1,
         segment_bytes: file.len_bytes(),
+        write_bound: file.len_bytes(),
     })
 }
 
@@ -866,7 +867,7 @@ pub fn cut<S: Storage>(storage: &S, plan: &CutPlan) -> Result<(), Error> {
     let new = copy_segment(
         storage,
         file,
-        (id, header.salt),
+        (&header, WalOptions::default().write_reach()),
         &mut scan,
         &mut window,
         None,

@@ -9,7 +9,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::Lsn;
 use crate::error::Error;
-use crate::format::{FIRST_BLOCK_OFFSET, SEGMENT_HEADER_BYTES, SegmentHeader, encode_header};
+use crate::format::{
+    FIRST_BLOCK_OFFSET, SEGMENT_HEADER_BYTES, SegmentHeader, encode_header, write_bound_after,
+};
 use crate::storage::{Storage, StorageFile};
 
 /// Suffix of segment files.
@@ -89,6 +91,10 @@ pub(crate) struct Segment<F> {
     pub(crate) end: u64,
     /// LSN of the last record in it, `first_lsn - 1` when it has none.
     pub(crate) last_lsn: Lsn,
+    /// The highest write bound that its header or a durable block names: the log writes
+    /// nothing at or after it (docs/wal-format.md, "Write bound"). Raised as blocks become
+    /// durable.
+    pub(crate) write_bound: u64,
 }
 
 /// Maps a storage error from preallocating segment `id` to the crate error.
@@ -130,7 +136,7 @@ pub(crate) fn start_segment<F: StorageFile>(
     file: F,
     id: u64,
     first_lsn: Lsn,
-    bytes: u64,
+    (bytes, reach): (u64, u64),
 ) -> Result<Segment<F>, Error> {
     let file_bytes = file.len_bytes();
     assert_eq!(
@@ -142,6 +148,7 @@ pub(crate) fn start_segment<F: StorageFile>(
         salt: random_salt(),
         first_lsn,
         segment_bytes: bytes,
+        write_bound: write_bound_after(FIRST_BLOCK_OFFSET, reach, bytes),
     };
     file.write_at(0, &encode_header(&header))?;
     file.sync_range(0, SEGMENT_HEADER_BYTES as u64)?;
@@ -153,6 +160,7 @@ pub(crate) fn start_segment<F: StorageFile>(
         file_bytes,
         end: FIRST_BLOCK_OFFSET,
         last_lsn: first_lsn - 1,
+        write_bound: header.write_bound,
     })
 }
 
@@ -165,12 +173,12 @@ pub(crate) fn install_segment<S: Storage>(
     storage: &S,
     id: u64,
     first_lsn: Lsn,
-    bytes: u64,
+    (bytes, reach): (u64, u64),
 ) -> Result<Segment<S::File>, Error> {
     let file = storage
         .create(&segment_file_name(id), bytes)
         .map_err(|e| create_error(id, e))?;
-    let segment = start_segment(file, id, first_lsn, bytes)?;
+    let segment = start_segment(file, id, first_lsn, (bytes, reach))?;
     storage.sync_dir()?;
     Ok(segment)
 }

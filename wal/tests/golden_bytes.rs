@@ -20,20 +20,22 @@ fn segment_header_bytes() {
         salt: SALT,
         first_lsn: 1,
         segment_bytes: 0x1_0000,
+        write_bound: 0x9000,
     };
     let bytes = encode_header(&header);
     let expected = concat!(
-        "545757414c534547",         // magic "TWWALSEG"
-        "0200",                     // format version 2
-        "01",                       // checksum kind 1: salted crc32
-        "00",                       // header flags
-        "00000000",                 // reserved
-        "0100000000000000",         // segment id 1
-        "efcdab8967452301",         // salt
-        "0100000000000000",         // first LSN 1
-        "0000010000000000",         // segment bytes 65536
-        "000000000000000000000000", // reserved
-        "a6e68320",                 // header crc = crc32(bytes 0..60)
+        "545757414c534547", // magic "TWWALSEG"
+        "0300",             // format version 3
+        "01",               // checksum kind 1: salted crc32
+        "00",               // header flags
+        "00000000",         // reserved
+        "0100000000000000", // segment id 1
+        "efcdab8967452301", // salt
+        "0100000000000000", // first LSN 1
+        "0000010000000000", // segment bytes 65536
+        "09000000",         // write bound: 9 pages (36864)
+        "0000000000000000", // reserved
+        "3a20e6d4",         // header crc = crc32(bytes 0..60)
     );
     assert_eq!(hex(&bytes), expected);
     assert_eq!(decode_header(&bytes), Ok(header));
@@ -64,6 +66,7 @@ fn mirror(salt: u64) -> Vec<u8> {
         group_start: 4096,
         first_lsn: 1,
         count: 3,
+        write_bound: 0x80_1000,
     };
     encode_mirror(&mut out, salt, 4608, prefix, &group);
     out
@@ -122,8 +125,13 @@ fn the_log_writes_what_the_encoder_says() {
     assert_eq!(file.len(), 0x1_0000);
     let header = decode_header(file[..SEGMENT_HEADER_BYTES].try_into().unwrap()).unwrap();
     assert_eq!(
-        (header.segment_id, header.first_lsn, header.segment_bytes),
-        (1, 1, 0x1_0000)
+        (
+            header.segment_id,
+            header.first_lsn,
+            header.segment_bytes,
+            header.write_bound
+        ),
+        (1, 1, 0x1_0000, 0x1_0000)
     );
     assert!(file[64..4096].iter().all(|&b| b == 0), "the header page");
     // Three synced appends: three commit blocks, one page each, each record with its mirror
@@ -151,6 +159,8 @@ fn the_log_writes_what_the_encoder_says() {
             group_start: block as u64,
             first_lsn: i as u64 + 1,
             count: 1,
+            // A 64 KiB segment: every bound is its end.
+            write_bound: 0x1_0000,
         };
         encode_mirror(&mut m, header.salt, block as u64 + 512, prefix, &rec);
         expected[block + 512..block + 512 + m.len()].copy_from_slice(&m);
@@ -168,17 +178,17 @@ fn mirror_and_close_bytes() {
         // len 24 + 96 | crc | type 0xF1 | skippable | reserved | lsn 3 (the group's last) |
         // delta none
         "78000000",
-        "37645acf",
+        "beb5297c",
         "f1",
         "01",
         "0000",
         "0300000000000000",
         "ffffffff",
-        // group_start 4096 | first_lsn 1 | count 3 | reserved
+        // group_start 4096 | first_lsn 1 | count 3 | write bound 2049 pages (8 MiB + 4096)
         "0010000000000000",
         "0100000000000000",
         "03000000",
-        "00000000",
+        "01080000",
     );
     assert_eq!(hex(&m[..48]), expected_head);
     assert_eq!(&m[48..], &three_records(SALT)[..], "the frames, verbatim");

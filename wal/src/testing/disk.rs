@@ -63,6 +63,8 @@ pub struct FaultStats {
     /// Reads that met the read failure policy: every read, failed or not, but those of a bad
     /// sector (which fail before it).
     pub reads: u64,
+    /// Bytes that reads (of the live or the durable image) returned.
+    pub bytes_read: u64,
     /// Sectors that a failed sync marked clean without persisting them.
     pub sectors_dropped: u64,
     /// Sectors that successful syncs persisted.

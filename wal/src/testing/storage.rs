@@ -248,6 +248,7 @@ impl StorageFile for FaultFile {
             return Err(io::Error::from_raw_os_error(EIO));
         }
         buf.copy_from_slice(&s.inodes[&self.ino].live[start..start + len]);
+        s.stats.bytes_read += len as u64;
         Ok(())
     }
 
@@ -267,6 +268,7 @@ impl StorageFile for FaultFile {
             return Err(io::Error::from_raw_os_error(EIO));
         }
         buf.copy_from_slice(&s.inodes[&self.ino].durable[start..start + len]);
+        s.stats.bytes_read += len as u64;
         Ok(true)
     }
 
