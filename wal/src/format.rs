@@ -413,16 +413,22 @@ pub const fn group_bytes_max(record_bytes_max: u32) -> u64 {
     }
 }
 
+/// The most bytes one commit block spans (its largest group, the mirror, and the padding to
+/// the next block), with records of at most `record_bytes_max` bytes of body.
+pub const fn block_span_max(record_bytes_max: u32) -> u64 {
+    align_to(
+        sealed_end(0, group_bytes_max(record_bytes_max)),
+        WRITE_BOUND_UNIT,
+    )
+}
+
 /// How far past the start of the next block a block's write bound reaches: `wanted` (the
 /// writer may run that far ahead of its last durable block before it waits for a sync, and
 /// recovery proves that many zero bytes after the last block), raised to room for one whole
 /// block (its largest group and mirror), so that once every sealed block is durable the next
 /// block fits under the bound.
 pub const fn write_reach(record_bytes_max: u32, wanted: u64) -> u64 {
-    let block = align_to(
-        sealed_end(0, group_bytes_max(record_bytes_max)),
-        WRITE_BOUND_UNIT,
-    );
+    let block = block_span_max(record_bytes_max);
     let wanted = align_to(wanted, WRITE_BOUND_UNIT);
     if block > wanted { block } else { wanted }
 }
