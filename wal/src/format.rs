@@ -111,8 +111,11 @@ pub const MIRROR_PREFIX_BYTES: usize = 24;
 /// Write bounds are counted in units of this many bytes (the page size).
 pub const WRITE_BOUND_UNIT: u64 = 4096;
 /// Groups grow to at most this many bytes of frames (a single larger record is a group of its
-/// own); a larger batch is split into several blocks.
+/// own); a larger batch is split into several blocks. A log with a small write reach caps
+/// its groups lower (see [`group_limit`]).
 pub const GROUP_BYTES_MAX: u64 = 1 << 20;
+/// The lowest cap on a group's frames, whatever the write reach.
+pub const GROUP_LIMIT_MIN: u64 = 4096;
 
 /// Record type 0: never valid, so zero fill ends the log.
 pub const RECORD_TYPE_INVALID: u8 = 0;
@@ -230,6 +233,9 @@ pub struct Cursor {
     pub group_bytes: u64,
     /// The segment's length.
     pub file_bytes: u64,
+    /// Bytes of frames a group grows to at most ([`group_limit`]; a single larger record is
+    /// a group of its own).
+    pub group_limit: u64,
 }
 
 /// Where the next frame goes, given a [`Cursor`].
@@ -250,7 +256,7 @@ impl Cursor {
         let fits = sealed_end(self.block_start, group) <= self.file_bytes;
         if self.group_bytes == 0 {
             if fits { Place::Group } else { Place::Roll }
-        } else if fits && group <= GROUP_BYTES_MAX {
+        } else if fits && group <= self.group_limit {
             Place::Group
         } else {
             Place::SealFirst
@@ -266,6 +272,7 @@ impl Cursor {
             block_start: next_block(sealed_end(self.block_start, self.group_bytes)),
             group_bytes: 0,
             file_bytes: self.file_bytes,
+            group_limit: self.group_limit,
         }
     }
 }
@@ -402,22 +409,34 @@ fn bound_pages(bound: u64) -> u32 {
     u32::try_from(bound / WRITE_BOUND_UNIT).unwrap_or(u32::MAX)
 }
 
-/// The most frame bytes one commit block's group can hold, with records of at most
-/// `record_bytes_max` bytes of body: [`GROUP_BYTES_MAX`], or a single larger record.
-pub const fn group_bytes_max(record_bytes_max: u32) -> u64 {
-    let one = frame_bytes(record_bytes_max as usize) as u64;
-    if one > GROUP_BYTES_MAX {
-        one
-    } else {
+/// The cap on a group's frames for a wanted write reach: [`GROUP_BYTES_MAX`], lowered to a
+/// quarter of the reach (at least [`GROUP_LIMIT_MIN`]) so that a small reach is not raised
+/// to two megabytes by the size of a block.
+pub const fn group_limit(wanted_reach: u64) -> u64 {
+    let quarter = wanted_reach / 4;
+    if quarter >= GROUP_BYTES_MAX {
         GROUP_BYTES_MAX
+    } else if quarter <= GROUP_LIMIT_MIN {
+        GROUP_LIMIT_MIN
+    } else {
+        align_to(quarter, RECORD_ALIGN as u64)
     }
 }
 
+/// The most frame bytes one commit block's group can hold, with records of at most
+/// `record_bytes_max` bytes of body and groups capped at `group_limit`: the cap, or a single
+/// larger record.
+pub const fn group_bytes_max(record_bytes_max: u32, group_limit: u64) -> u64 {
+    let one = frame_bytes(record_bytes_max as usize) as u64;
+    if one > group_limit { one } else { group_limit }
+}
+
 /// The most bytes one commit block spans (its largest group, the mirror, and the padding to
-/// the next block), with records of at most `record_bytes_max` bytes of body.
-pub const fn block_span_max(record_bytes_max: u32) -> u64 {
+/// the next block), with records of at most `record_bytes_max` bytes of body and groups
+/// capped at `group_limit`.
+pub const fn block_span_max(record_bytes_max: u32, group_limit: u64) -> u64 {
     align_to(
-        sealed_end(0, group_bytes_max(record_bytes_max)),
+        sealed_end(0, group_bytes_max(record_bytes_max, group_limit)),
         WRITE_BOUND_UNIT,
     )
 }
@@ -428,7 +447,7 @@ pub const fn block_span_max(record_bytes_max: u32) -> u64 {
 /// block (its largest group and mirror), so that once every sealed block is durable the next
 /// block fits under the bound.
 pub const fn write_reach(record_bytes_max: u32, wanted: u64) -> u64 {
-    let block = block_span_max(record_bytes_max);
+    let block = block_span_max(record_bytes_max, group_limit(wanted));
     let wanted = align_to(wanted, WRITE_BOUND_UNIT);
     if block > wanted { block } else { wanted }
 }

@@ -142,6 +142,8 @@ struct LogState<F> {
     scratch: Vec<u8>,
     /// The open group of the current segment: records written since the last seal.
     group: OpenGroup,
+    /// The cap on a group's frames ([`WalOptions::group_limit`]).
+    group_limit: u64,
     /// Write bounds named by the current segment's sealed blocks that are not yet known
     /// durable, as (the block's last LSN, its bound), oldest first.
     raises: VecDeque<(Lsn, u64)>,
@@ -173,12 +175,14 @@ impl<F> LogState<F> {
                 block_start: self.group.start,
                 group_bytes: self.group.frames.len() as u64,
                 file_bytes: seg.file_bytes,
+                group_limit: self.group_limit,
             }
         } else {
             Cursor {
                 block_start: seg.end,
                 group_bytes: 0,
                 file_bytes: seg.file_bytes,
+                group_limit: self.group_limit,
             }
         }
     }
@@ -239,6 +243,7 @@ impl<S: Storage> Wal<S> {
                 next_lsn: last_lsn + 1,
                 scratch: Vec::new(),
                 group: OpenGroup::default(),
+                group_limit: opts.group_limit(),
                 raises: VecDeque::new(),
                 closed: false,
             }),
@@ -840,11 +845,7 @@ impl<S: Storage> Shared<S> {
     /// the end of the file) without passing the write bound.
     fn block_fits_bound(&self, log: &mut LogState<S::File>) -> bool {
         let seg = log.current();
-        let largest = sealed_end(
-            seg.end,
-            crate::format::group_bytes_max(self.opts.record_bytes_max),
-        )
-        .min(seg.file_bytes);
+        let largest = (seg.end + self.opts.block_span_max()).min(seg.file_bytes);
         largest <= self.write_bound(log)
     }
 
@@ -898,6 +899,7 @@ impl<S: Storage> Shared<S> {
                             block_start: FIRST_BLOCK_OFFSET,
                             group_bytes: 0,
                             file_bytes: self.opts.segment_bytes,
+                            group_limit: log.group_limit,
                         };
                     }
                 }

@@ -80,6 +80,17 @@ impl WalOptions {
         crate::format::write_reach(self.record_bytes_max, self.write_reach_bytes)
     }
 
+    /// The cap on a group's frames (see [`crate::format::group_limit`]): 1 MiB unless the
+    /// write reach is under 4 MiB.
+    pub fn group_limit(&self) -> u64 {
+        crate::format::group_limit(self.write_reach_bytes)
+    }
+
+    /// The most bytes one commit block spans with these options.
+    pub fn block_span_max(&self) -> u64 {
+        crate::format::block_span_max(self.record_bytes_max, self.group_limit())
+    }
+
     /// Checks that the options are consistent.
     pub fn validate(&self) -> Result<(), Error> {
         let bad = |why: String| Err(Error::InvalidOptions(why));

@@ -43,7 +43,7 @@ use crate::error::{CorruptionReason, Error};
 use crate::format::{
     BLOCK_ALIGN, FIRST_BLOCK_OFFSET, LSN_MAX, MIRROR_ALIGN, MIRROR_PREFIX_BYTES, MirrorPrefix,
     RECORD_ALIGN, RECORD_HEADER_BYTES, RECORD_TYPE_CLOSE, RECORD_TYPE_MIRROR, RECORD_TYPE_USER_MAX,
-    RecordHeader, SEGMENT_HEADER_BYTES, SegmentHeader, align_to, block_span_max, check_record_crc,
+    RecordHeader, SEGMENT_HEADER_BYTES, SegmentHeader, align_to, check_record_crc,
     check_record_header, crc_seed, decode_header, decode_mirror_prefix, decode_record_header,
     encode_header, encode_mirror, next_block, record_disposition, sealed_end, write_bound_after,
 };
@@ -291,7 +291,7 @@ pub(crate) fn recover<S: Storage>(
     // block of a segment that was ever started lies there, from the first page after the
     // header page, its records and its mirror in different sectors, so one damaged sector
     // can not make a started segment look unstarted. The rest of the file is not read.
-    let unstarted_proof = FIRST_BLOCK_OFFSET + block_span_max(opts.record_bytes_max);
+    let unstarted_proof = FIRST_BLOCK_OFFSET + opts.block_span_max();
     // Files made ahead for segments the log never rolled into: all zero, header included.
     // They hold nothing (a roll writes the header before any record), and the segment before
     // them is the last one. The lowest of them, the file right after the last segment, is

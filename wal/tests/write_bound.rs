@@ -98,9 +98,9 @@ fn the_log_never_writes_past_the_bound_its_durable_blocks_name() {
         let disk = FaultDisk::new(seed);
         let mut rng = SimRng::new(seed ^ 0x5eed);
         let opts = WalOptions {
-            segment_bytes: 6 << 20,
+            segment_bytes: 512 << 10,
             record_bytes_max: 8 << 10,
-            // Raised to one whole block (about 2 MiB): the smallest reach there is.
+            // Groups capped at 4 KiB, the reach raised to one whole block (20 KiB).
             write_reach_bytes: 4096,
             ..WalOptions::default()
         };
@@ -114,10 +114,10 @@ fn the_log_never_writes_past_the_bound_its_durable_blocks_name() {
                     wal.append(1, &body).expect("durable append");
                 }
                 1 | 2 => {
-                    // A large unsynced batch: up to about 1.5 reaches of frames.
-                    let n = 1 + rng.below(400) as usize;
+                    // An unsynced batch, up to several reaches of frames.
+                    let n = 1 + rng.below(40) as usize;
                     let bodies: Vec<Vec<u8>> = (0..n)
-                        .map(|i| vec![(i % 250) as u8 + 1; 1 + rng.below(8000) as usize])
+                        .map(|i| vec![(i % 250) as u8 + 1; 1 + rng.below(4000) as usize])
                         .collect();
                     wal.append_batch_nowait(bodies.iter().map(|b| (1u8, b.as_slice())))
                         .expect("buffered batch");
@@ -129,7 +129,7 @@ fn the_log_never_writes_past_the_bound_its_durable_blocks_name() {
             waits += disk.stats().file_syncs - syncs_before;
             for (bound, written) in check_promise(&disk, &format!("seed {seed} step {step}")) {
                 raised_past_the_header |= bound > FIRST_BLOCK_OFFSET + reach;
-                unused_tail_left |= written > 0 && bound < 6 << 20;
+                unused_tail_left |= written > 0 && bound < 512 << 10;
             }
         }
         wal.close().expect("closes");
