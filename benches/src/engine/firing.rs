@@ -243,14 +243,7 @@ pub fn burst(dir: &Path, jobs: u64, ahead_ms: u64) -> Burst {
     let config = Config::new(dir).compact_interval_ms(0);
     let engine = Arc::new(Engine::open(config).expect("open"));
     let due = now_ms() + ahead_ms;
-    let mut i = 0;
-    while i < n {
-        let m = 10_000.min(n - i);
-        engine
-            .schedule_batch((0..m).map(|_| JobSpec::at(due)))
-            .expect("schedule");
-        i += m;
-    }
+    super::schedule_in_batches(&engine, n, 10_000, |_| JobSpec::at(due));
     let finished = Arc::new(AtomicBool::new(false));
     let reader = {
         let (engine, finished) = (engine.clone(), finished.clone());

@@ -28,6 +28,23 @@ pub fn now_us() -> u64 {
     u64::try_from(d.as_micros()).expect("fits")
 }
 
+/// Schedules `jobs` jobs, the `k`th made by `spec(k)`, in durable batches of `batch`.
+pub fn schedule_in_batches(
+    engine: &timewheel::Engine,
+    jobs: u64,
+    batch: u64,
+    spec: impl Fn(u64) -> timewheel::JobSpec,
+) {
+    let mut i = 0;
+    while i < jobs {
+        let m = batch.min(jobs - i);
+        engine
+            .schedule_batch((i..i + m).map(&spec))
+            .expect("schedule");
+        i += m;
+    }
+}
+
 /// `root/name`, emptied.
 pub fn fresh(root: &Path, name: &str) -> PathBuf {
     let d = root.join(name);

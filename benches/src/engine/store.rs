@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use timewheel::{Config, Durability, Engine, JobSpec};
 
-use super::{cpu_seconds, now_ms, rss_bytes};
+use super::{cpu_seconds, now_ms, rss_bytes, schedule_in_batches};
 use crate::alloc_count::{allocated_bytes, allocated_since, set_counting};
 use crate::engine::firing::churn;
 
@@ -67,14 +67,9 @@ pub fn recovery(dir: &Path, jobs: u64) -> Recovery {
     let config = Config::new(dir).compact_interval_ms(0);
     let engine = Engine::open(config.clone()).expect("open");
     let due = now_ms() + 3_600_000;
-    let mut i = 0;
-    while i < jobs {
-        let m = 100_000.min(jobs - i);
-        engine
-            .schedule_batch((i..i + m).map(|k| JobSpec::at(due + k % 3_600_000).payload([3u8; 16])))
-            .expect("schedule");
-        i += m;
-    }
+    schedule_in_batches(&engine, jobs, 100_000, |k| {
+        JobSpec::at(due + k % 3_600_000).payload([3u8; 16])
+    });
     engine.abandon();
     let t = Instant::now();
     let engine = Engine::open(config).expect("reopen");
@@ -128,14 +123,7 @@ pub fn crash_open(dir: &Path, jobs: u64) -> CrashOpen {
     let config = Config::new(dir).compact_interval_ms(0);
     let engine = Engine::open(config.clone()).expect("open");
     let due = now_ms() + 3_600_000;
-    let mut i = 0;
-    while i < jobs {
-        let m = 10_000.min(jobs - i);
-        engine
-            .schedule_batch((0..m).map(|_| JobSpec::at(due)))
-            .expect("schedule");
-        i += m;
-    }
+    schedule_in_batches(&engine, jobs, 10_000, |_| JobSpec::at(due));
     engine.abandon();
     std::thread::sleep(Duration::from_millis(200));
     let t = Instant::now();
