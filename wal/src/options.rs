@@ -54,7 +54,9 @@ pub struct WalOptions {
     /// 4096; raised to one whole block if smaller, see [`crate::format::write_reach`]).
     /// Recovery proves zeros only this far past the last block instead of to the end of the
     /// file; the writer that runs this far ahead of its last durable block (large unsynced
-    /// batches) waits for a sync first. Default [`WalOptions::WRITE_REACH_DEFAULT`].
+    /// batches) waits for a sync first. A reach under 4 MiB also caps each commit block's
+    /// group at a quarter of it (at least 4 KiB; [`WalOptions::group_limit`]). Default
+    /// [`WalOptions::WRITE_REACH_DEFAULT`].
     pub write_reach_bytes: u64,
 }
 
@@ -75,7 +77,7 @@ impl WalOptions {
     pub const SYNCS_IN_FLIGHT_MAX: usize = 8;
 
     /// How far past the next block's start each block's write bound reaches (see
-    /// [`crate::format::write_reach`]): derived from `record_bytes_max`.
+    /// [`crate::format::write_reach`]): `write_reach_bytes`, raised to one whole block.
     pub fn write_reach(&self) -> u64 {
         crate::format::write_reach(self.record_bytes_max, self.write_reach_bytes)
     }
