@@ -122,3 +122,23 @@ fn syncs_in_flight_out_of_range_is_refused_before_touching_the_disk() {
         assert!(disk.live_names().is_empty());
     }
 }
+
+/// `Config::write_reach_bytes` that is zero or not a whole number of pages: a typed error
+/// naming the field, and nothing on disk.
+#[test]
+fn a_write_reach_that_is_not_whole_pages_is_refused_before_touching_the_disk() {
+    for reach in [0, 1000, 4097] {
+        let disk = FaultDisk::new(64);
+        let r = timewheel::Engine::open_on(
+            disk.storage(),
+            config().write_reach_bytes(reach),
+            std::sync::Arc::new(ManualClock::new(T0)),
+        );
+        assert!(
+            matches!(&r, Err(Error::InvalidInput { field, .. }) if *field == "write_reach_bytes"),
+            "write_reach_bytes = {reach}: {:?}",
+            r.err()
+        );
+        assert!(disk.live_names().is_empty());
+    }
+}

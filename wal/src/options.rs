@@ -185,5 +185,39 @@ mod tests {
             };
             assert_eq!(opts.validate().is_ok(), ok, "syncs_in_flight = {syncs}");
         }
+        for (reach, ok) in [(0, false), (1000, false), (4096, true), (8 << 20, true)] {
+            let opts = WalOptions {
+                write_reach_bytes: reach,
+                ..small.clone()
+            };
+            assert_eq!(opts.validate().is_ok(), ok, "write_reach_bytes = {reach}");
+        }
+    }
+
+    #[test]
+    fn the_reach_holds_one_whole_block_and_small_reaches_cap_groups() {
+        let small = WalOptions {
+            record_bytes_max: 1024,
+            write_reach_bytes: 4096,
+            ..Default::default()
+        };
+        // Groups of at most 4 KiB; a block of 4 KiB of frames and its mirror spans 3 pages.
+        assert_eq!(small.group_limit(), 4096);
+        assert_eq!(small.block_span_max(), 12288);
+        assert_eq!(small.write_reach(), 12288);
+        // The default: 1 MiB groups, an 8 MiB reach that holds a block of the largest record.
+        let default = WalOptions::default();
+        assert_eq!(default.group_limit(), 1 << 20);
+        assert!(default.block_span_max() > 2 << 20 && default.block_span_max() < 3 << 20);
+        assert_eq!(default.write_reach(), 8 << 20);
+        // A reach smaller than the largest block is raised to it.
+        let big_records = WalOptions {
+            record_bytes_max: 4 << 20,
+            segment_bytes: 64 << 20,
+            write_reach_bytes: 4096,
+            ..Default::default()
+        };
+        assert_eq!(big_records.write_reach(), big_records.block_span_max());
+        assert!(big_records.write_reach() > 8 << 20);
     }
 }
