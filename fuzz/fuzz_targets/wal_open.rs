@@ -135,7 +135,9 @@ enum Edit {
 #[derive(Arbitrary, Debug)]
 struct Input {
     seed: u64,
-    two_page_segments: bool,
+    /// Segments of 8, 16 or 32 KiB; the last have write bounds short of their end (the
+    /// smallest reach, 12 KiB with these records), which recovery's zero checks stop at.
+    segment_size: u8,
     absolute: bool,
     appends: Vec<Append>,
     end: End,
@@ -152,8 +154,13 @@ fuzz_target!(|data: &[u8]| {
 
 fn options(input: &Input) -> WalOptions {
     WalOptions {
-        segment_bytes: if input.two_page_segments { 16384 } else { 8192 },
+        segment_bytes: match input.segment_size % 3 {
+            0 => 8192,
+            1 => 16384,
+            _ => 32768,
+        },
         record_bytes_max: RECORD_BYTES_MAX,
+        write_reach_bytes: 4096,
         recovery_mode: if input.absolute {
             RecoveryMode::Absolute
         } else {

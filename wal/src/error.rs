@@ -100,6 +100,12 @@ pub enum CorruptionReason {
     },
     /// Reserved header bytes are not zero.
     HeaderReserved,
+    /// A version 3 header's write bound is zero or past the segment's end (no writer
+    /// stores either).
+    HeaderWriteBound {
+        /// The bound found, in pages.
+        pages: u32,
+    },
     /// The header's segment id differs from the file name.
     HeaderSegmentId {
         /// The id in the header.
@@ -168,6 +174,12 @@ impl fmt::Display for CorruptionReason {
             Self::HeaderVersion { found } => write!(f, "unsupported format version {found}"),
             Self::HeaderChecksumKind { found } => write!(f, "unsupported checksum kind {found}"),
             Self::HeaderReserved => f.write_str("reserved segment header bytes are not zero"),
+            Self::HeaderWriteBound { pages } => {
+                write!(
+                    f,
+                    "header names a write bound of {pages} pages, outside the segment"
+                )
+            }
             Self::HeaderSegmentId { found } => {
                 write!(f, "header names segment {found}, not the file's")
             }

@@ -399,14 +399,11 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
-/// A write bound as stored: in pages, saturating (a bound past what fits names no bound
-/// lower than the truth, since it is capped by the segment's length when read).
+/// A write bound as stored: in pages, rounded up and saturating. Both only ever name a bound
+/// no lower than the truth (it is capped by the segment's length when read), so a reader
+/// checks at least the bytes the writer may have written.
 fn bound_pages(bound: u64) -> u32 {
-    assert!(
-        bound.is_multiple_of(WRITE_BOUND_UNIT),
-        "write bounds are whole pages"
-    );
-    u32::try_from(bound / WRITE_BOUND_UNIT).unwrap_or(u32::MAX)
+    u32::try_from(bound.div_ceil(WRITE_BOUND_UNIT)).unwrap_or(u32::MAX)
 }
 
 /// The cap on a group's frames for a wanted write reach: [`GROUP_BYTES_MAX`], lowered to a
@@ -508,6 +505,13 @@ pub fn decode_header(b: &[u8; SEGMENT_HEADER_BYTES]) -> Result<SegmentHeader, Co
         return Err(CorruptionReason::HeaderReserved);
     }
     let segment_bytes = u64_at(b, SEGMENT_BYTES_OFFSET);
+    // A version 3 writer stores a bound in 1..=the segment's pages; anything else is damage
+    // (and would not re-encode to the same bytes).
+    if version > 2
+        && (bound_pages == 0 || u64::from(bound_pages) > segment_bytes.div_ceil(WRITE_BOUND_UNIT))
+    {
+        return Err(CorruptionReason::HeaderWriteBound { pages: bound_pages });
+    }
     let write_bound = match u64::from(bound_pages) * WRITE_BOUND_UNIT {
         0 => segment_bytes,
         bound => bound.min(segment_bytes),
@@ -662,6 +666,48 @@ mod tests {
         assert_eq!(decode_header(&b), Ok(h));
         b[20] ^= 1;
         assert_eq!(decode_header(&b), Err(CorruptionReason::HeaderChecksum));
+    }
+
+    /// A version 3 header names a bound of 1..=the segment's pages; a header with any other
+    /// is refused rather than read as "no bound" (found by the `wal_record_decode` fuzz
+    /// target: such a header decoded but did not re-encode to the same bytes).
+    #[test]
+    fn header_write_bound_outside_the_segment_is_damage() {
+        let h = SegmentHeader {
+            segment_id: 7,
+            salt: 0xABCD,
+            first_lsn: 99,
+            segment_bytes: 16384,
+            write_bound: 8192,
+        };
+        let with_pages = |pages: u32| {
+            let mut b = encode_header(&h);
+            b[WRITE_BOUND_OFFSET..HEADER_PAD_OFFSET].copy_from_slice(&pages.to_le_bytes());
+            let crc = crc32fast::hash(&b[..HEADER_CRC_OFFSET]);
+            b[HEADER_CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
+            b
+        };
+        for pages in [0, 5, u32::MAX] {
+            assert_eq!(
+                decode_header(&with_pages(pages)),
+                Err(CorruptionReason::HeaderWriteBound { pages })
+            );
+        }
+        for pages in 1..=4 {
+            let b = with_pages(pages);
+            let d = decode_header(&b).unwrap();
+            assert_eq!(d.write_bound, u64::from(pages) * WRITE_BOUND_UNIT);
+            assert_eq!(encode_header(&d), b);
+        }
+        // A bound that is not a whole page is stored rounded up (never naming less room).
+        let odd = SegmentHeader {
+            segment_bytes: 9000,
+            write_bound: 9000,
+            ..h
+        };
+        let b = encode_header(&odd);
+        assert_eq!(u32_at(&b, WRITE_BOUND_OFFSET), 3);
+        assert_eq!(decode_header(&b).unwrap().write_bound, 9000);
     }
 
     #[test]

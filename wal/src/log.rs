@@ -9,6 +9,11 @@
 //! invariant "a segment's header exists only once its predecessor is durable" needs it before
 //! the header) and the header's one-page sync. Only when the preparer is behind or failed does
 //! an append make the file itself, under `log`.
+//!
+//! After an open, the preparer first proves zero the bytes of the files found on disk that
+//! recovery did not read (past the appended-to segment's write bound; the file made ahead),
+//! writing zeros over anything it finds. A seal waits for it (`zero_check`) before it names
+//! a write bound past what is proven; the file made ahead enters `next.ready` once proven.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
@@ -27,7 +32,7 @@ use crate::format::{
 use crate::options::{Durability, WalOptions};
 use crate::reader::{Iter, SegmentView};
 use crate::recovery::{RecoveryReport, recover};
-use crate::segment::{Segment, create_next, segment_file_name, start_segment};
+use crate::segment::{Segment, create_next, segment_file_name, start_segment, zero_stray};
 use crate::storage::mmap::MmapStorage;
 use crate::storage::{Storage, StorageFile};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -61,6 +66,9 @@ struct Shared<S: Storage> {
     next_changed: Condvar,
     /// When a failed preallocation was last logged, and how many were not logged since.
     warned: Mutex<(Option<std::time::Instant>, u64)>,
+    /// How far the preparer has proven the appended-to segment zero, after an open.
+    zero_check: Mutex<ZeroCheck<S::File>>,
+    zero_checked: Condvar,
     /// What [`Wal::stats`] reports.
     figures: Figures,
 }
@@ -118,6 +126,30 @@ pub struct WalStats {
     pub sync_seconds_buckets: Vec<u64>,
     /// Segment rolls.
     pub rolls: u64,
+}
+
+/// The preparer's proof that the bytes of the segment appended to after an open, past its
+/// write bound, are zero: no block may name a bound past `to` in segment `segment`.
+struct ZeroCheck<F> {
+    segment: u64,
+    /// Proven up to here (`u64::MAX`: all of it, or nothing to prove).
+    to: u64,
+    /// The proof failed (an I/O error): the log is poisoned.
+    failed: bool,
+    /// With no preparer, the seal that needs more proves it itself, just as far as it
+    /// names (a few pages per seal), in this file: deterministic, and an open still reads
+    /// one reach, not the file.
+    by_seal: Option<Arc<F>>,
+}
+
+/// What the preparer proves zero after an open before anything else: the appended-to
+/// segment's file from an offset, and the file made ahead (to go into `next.ready`).
+struct OpenChecks<F> {
+    /// The appended-to segment's file and end, for `prefault_read` (taken at open: the
+    /// preparer must not take `log`, under which a seal may wait for it).
+    appended: (Arc<F>, u64),
+    current: Option<(u64, Arc<F>, u64)>,
+    next: Option<(u64, F)>,
 }
 
 /// Files made for segments the log has not rolled into yet: all zero, no header, directory
@@ -226,9 +258,40 @@ impl<S: Storage> Wal<S> {
         if !storage.try_lock()? {
             return Err(Error::Locked);
         }
-        let (segments, next_file, report) = recover(&storage, &opts)?;
+        let (segments, mut next_file, report) = recover(&storage, &opts)?;
         let last_lsn = segments.last().expect("recovery leaves a segment").last_lsn;
         let last_id = segments.last().expect("recovery leaves a segment").id;
+        let background = storage.prepare_in_background();
+        let current = segments.last().expect("recovery leaves a segment");
+        let mut checks = OpenChecks {
+            appended: (Arc::clone(&current.file), current.end),
+            current: (current.unchecked_from < current.file_bytes).then(|| {
+                (
+                    current.id,
+                    Arc::clone(&current.file),
+                    current.unchecked_from,
+                )
+            }),
+            next: next_file.take(),
+        };
+        let mut zero_check = ZeroCheck {
+            segment: last_id,
+            to: checks
+                .current
+                .as_ref()
+                .map_or(u64::MAX, |&(_, _, from)| from),
+            failed: false,
+            by_seal: None,
+        };
+        if !background {
+            // No preparer: the seals prove the appended-to segment as they go, and the file
+            // made ahead is proven here.
+            zero_check.by_seal = checks.current.take().map(|(_, file, _)| file);
+            if let Some((id, file)) = checks.next.take() {
+                warn_stray(id, zero_stray(&file, 0, file.len_bytes(), |_| {})?);
+                next_file = Some((id, file));
+            }
+        }
         tracing::info!(
             segments = report.segments,
             records = report.records,
@@ -253,21 +316,24 @@ impl<S: Storage> Wal<S> {
             delete_lock: Mutex::new(()),
             next: Mutex::new(NextFiles {
                 want: last_id + 1,
-                busy: false,
+                // The preparer puts the file found at open into `ready` once proven zero.
+                busy: checks.next.is_some(),
                 failed: false,
                 ready: next_file.into_iter().collect(),
                 stop: false,
             }),
             next_changed: Condvar::new(),
             warned: Mutex::new((None, 0)),
+            zero_check: Mutex::new(zero_check),
+            zero_checked: Condvar::new(),
             figures: Figures::default(),
             opts,
         });
-        let preparer = if shared.storage.prepare_in_background() {
+        let preparer = if background {
             let shared = Arc::clone(&shared);
             let handle = std::thread::Builder::new()
                 .name("timewheel-wal-prepare".to_owned())
-                .spawn(move || prepare_loop(&shared))?;
+                .spawn(move || prepare_loop(&shared, checks))?;
             Some(handle)
         } else {
             None
@@ -758,6 +824,7 @@ impl<S: Storage> Shared<S> {
             self.opts.write_reach(),
             seg.file_bytes,
         );
+        self.wait_zero_checked(seg.id, write_bound)?;
         let prefix = MirrorPrefix {
             group_start: group.start,
             first_lsn: group.first_lsn,
@@ -823,6 +890,43 @@ impl<S: Storage> Shared<S> {
             self.commit.poison();
             tracing::error!(segment = seg.id, offset = at, error = %e, "WAL close marker failed; poisoned");
             return Err(Error::Io(e));
+        }
+        Ok(())
+    }
+
+    /// Waits until the preparer has proven segment `id` zero up to `bound`, or proves it
+    /// here if there is no preparer (only ever after an open, for a file found on disk).
+    fn wait_zero_checked(&self, id: u64, bound: u64) -> Result<(), Error> {
+        let mut check = lock(&self.zero_check);
+        if check.segment == id
+            && check.to < bound
+            && let Some(file) = check.by_seal.clone()
+        {
+            let to = bound.min(file.len_bytes());
+            match zero_stray(&*file, check.to, to, |_| {}) {
+                Ok(stray) => warn_stray(id, stray),
+                Err(e) => {
+                    self.commit.poison();
+                    check.failed = true;
+                    tracing::error!(segment = id, error = %e,
+                        "WAL could not prove the current segment's unused bytes zero; poisoned");
+                    return Err(Error::Io(e));
+                }
+            }
+            check.to = to;
+            if to == file.len_bytes() {
+                check.to = u64::MAX;
+                check.by_seal = None;
+            }
+        }
+        while check.segment == id && check.to < bound {
+            if check.failed {
+                return Err(Error::Poisoned);
+            }
+            check = self
+                .zero_checked
+                .wait(check)
+                .expect("a WAL thread panicked");
         }
         Ok(())
     }
@@ -1067,18 +1171,63 @@ impl<S: Storage> Shared<S> {
 
 /// The background preparer: first brings the pages of the segment being appended to into
 /// memory past its end (a fresh log's first segment, or the last one after an open: nothing
-/// prepared them), then makes the next segment's file whenever it is wanted and missing.
-fn prepare_loop<S: Storage>(shared: &Shared<S>) {
-    let (file, end) = {
-        let log = lock(&shared.log);
-        let current = log.current();
-        (Arc::clone(&current.file), current.end)
-    };
+/// prepared them) and proves zero what recovery did not read (`checks`), then makes the next
+/// segment's file whenever it is wanted and missing.
+fn prepare_loop<S: Storage>(shared: &Shared<S>, checks: OpenChecks<S::File>) {
+    // First what a seal may wait for, then what only saves the appender page faults.
+    if let Some((id, file, from)) = checks.current {
+        let proven = zero_stray(&*file, from, file.len_bytes(), |at| {
+            lock(&shared.zero_check).to = at;
+            shared.zero_checked.notify_all();
+        });
+        let mut check = lock(&shared.zero_check);
+        match proven {
+            Ok(stray) => {
+                warn_stray(id, stray);
+                check.to = u64::MAX;
+            }
+            Err(e) => {
+                shared.commit.poison();
+                check.failed = true;
+                tracing::error!(segment = id, error = %e,
+                    "WAL could not prove the current segment's unused bytes zero; poisoned");
+            }
+        }
+        shared.zero_checked.notify_all();
+    }
+    let (file, end) = checks.appended;
     if let Err(e) = file.prefault_read(end) {
         // Only a cost: the appender takes the faults itself.
         tracing::debug!(error = %e, "WAL could not bring the current segment's pages in");
     }
     drop(file);
+    if let Some((id, file)) = checks.next {
+        let proven = zero_stray(&file, 0, file.len_bytes(), |_| {});
+        let mut next = lock(&shared.next);
+        next.busy = false;
+        match proven {
+            Ok(stray) => {
+                warn_stray(id, stray);
+                next.ready.insert(id, file);
+            }
+            Err(e) => {
+                // Made again below, as if it had never been there.
+                drop(file);
+                tracing::warn!(segment = id, error = %e,
+                    "WAL could not prove the file made ahead zero; making it again");
+                if let Err(e) = shared
+                    .storage
+                    .remove(&segment_file_name(id))
+                    .and_then(|()| shared.storage.sync_dir())
+                {
+                    shared.commit.poison();
+                    tracing::error!(segment = id, error = %e,
+                        "WAL could not remove the file made ahead; poisoned");
+                }
+            }
+        }
+        shared.next_changed.notify_all();
+    }
     loop {
         {
             let mut next = lock(&shared.next);
@@ -1095,6 +1244,17 @@ fn prepare_loop<S: Storage>(shared: &Shared<S>) {
         if !shared.prepare_next() && shared.commit.is_poisoned() {
             return; // nothing more will be appended
         }
+    }
+}
+
+/// Logs the bytes that proving a file's unused part zero found (and wrote zeros over).
+fn warn_stray(segment: u64, stray: u64) {
+    if stray > 0 {
+        tracing::warn!(
+            segment,
+            stray,
+            "WAL zeroed stray bytes that the log never wrote, past a write bound"
+        );
     }
 }
 

@@ -51,7 +51,7 @@ use crate::options::{RecoveryMode, WalOptions};
 use crate::scan_ahead::{Ahead, StopOnDrop, Taken};
 use crate::segment::{
     Segment, Window, all_zero, copy_file_name, create_error, install_segment, is_copy_file_name,
-    is_spare_file_name, parse_segment_file_name, segment_file_name,
+    is_spare_file_name, parse_segment_file_name, segment_file_name, zero_stray,
 };
 use crate::storage::{Storage, StorageFile};
 
@@ -467,6 +467,14 @@ pub(crate) fn recover<S: Storage>(
                 copy = true;
             }
             let mut file = file;
+            // The scan proved the appended-to segment zero from its end to its bound (or cut
+            // what it found there); past the bound it read nothing. A sealed one is never
+            // written again.
+            let mut unchecked_from = if appended_to {
+                scan.write_bound
+            } else {
+                file.len_bytes()
+            };
             if copy {
                 if scan.damage.is_some() {
                     // The surviving part of the torn block is sealed anew by the copy.
@@ -483,7 +491,8 @@ pub(crate) fn recover<S: Storage>(
                 } else {
                     None
                 };
-                file = copy_segment(
+                let copied;
+                (copied, unchecked_from) = copy_segment(
                     storage,
                     file,
                     (&header, reach),
@@ -492,6 +501,7 @@ pub(crate) fn recover<S: Storage>(
                     spare.map(|(_, f)| f),
                     &mut retired,
                 )?;
+                file = copied;
                 report.segments_copied += 1;
             }
             segments.push(Segment {
@@ -502,6 +512,7 @@ pub(crate) fn recover<S: Storage>(
                 end: scan.end,
                 last_lsn: scan.last_lsn,
                 write_bound: scan.write_bound,
+                unchecked_from,
                 file: file.into(),
             });
         }
@@ -1090,8 +1101,9 @@ fn find_mirror<F: StorageFile>(
 /// byte for byte with their mirror, repaired groups from their mirror, the others with a new
 /// mirror), nothing after; syncs it and renames it over the segment. The fresh file is
 /// `spare` (the all-zero file made ahead for segment `id + 1`, renamed to the copy's name
-/// first) or else a new one. Returns the new file; the replaced one goes to `retired`, and
-/// `scan.end` becomes the next block.
+/// first) or else a new one. Returns the new file and where its bytes start that nothing
+/// proved zero (past the bound its header names, in the spare; nowhere in a new file); the
+/// replaced one goes to `retired`, and `scan.end` becomes the next block.
 pub(crate) fn copy_segment<S: Storage>(
     storage: &S,
     old: S::File,
@@ -1100,10 +1112,11 @@ pub(crate) fn copy_segment<S: Storage>(
     window: &mut Window,
     spare: Option<S::File>,
     retired: &mut Vec<S::File>,
-) -> Result<S::File, Error> {
+) -> Result<(S::File, u64), Error> {
     let len = old.len_bytes();
     let (id, salt) = (header.segment_id, header.salt);
     let name = copy_file_name(id);
+    let from_spare = spare.is_some();
     let new = match spare {
         Some(file) => {
             storage.rename(&segment_file_name(id + 1), &name)?;
@@ -1164,6 +1177,20 @@ pub(crate) fn copy_segment<S: Storage>(
             write_bound: write_bound_after(end, reach, len),
             ..*header
         };
+        // Appends go up to that bound without waiting: in the spare, whose bytes past what
+        // recovery read of it no one has seen, they are proven zero first.
+        if from_spare {
+            let stray = zero_stray(&new, end, fresh.write_bound, |_| {})?;
+            if stray > 0 {
+                tracing::warn!(
+                    segment = id,
+                    from = end,
+                    to = fresh.write_bound,
+                    stray,
+                    "WAL zeroed stray bytes in the file made ahead"
+                );
+            }
+        }
         new.write_at(0, &encode_header(&fresh))?;
         new.sync_range(0, end.min(len))?;
         storage.rename(&name, &segment_file_name(id))?;
@@ -1181,7 +1208,8 @@ pub(crate) fn copy_segment<S: Storage>(
             );
             scan.end = end;
             scan.write_bound = write_bound_after(end, reach, len);
-            Ok(new)
+            let unchecked_from = if from_spare { scan.write_bound } else { len };
+            Ok((new, unchecked_from))
         }
         Err(e) => {
             drop(new);

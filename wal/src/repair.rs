@@ -864,7 +864,7 @@ pub fn cut<S: Storage>(storage: &S, plan: &CutPlan) -> Result<(), Error> {
         Err(e) => return Err(e.into()),
     }
     let mut retired = Vec::new();
-    let new = copy_segment(
+    let (new, _) = copy_segment(
         storage,
         file,
         (&header, WalOptions::default().write_reach()),

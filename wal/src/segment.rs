@@ -95,6 +95,43 @@ pub(crate) struct Segment<F> {
     /// nothing at or after it (docs/wal-format.md, "Write bound"). Raised as blocks become
     /// durable.
     pub(crate) write_bound: u64,
+    /// Where the bytes of the file start that nothing has proven zero (`file_bytes`: none).
+    /// Past its write bound, a segment found at open was never read: bytes that something
+    /// other than the log wrote there (a misdirected write) would surface once appends raise
+    /// the bound over them, so the log proves them zero (see [`zero_stray`]) before a block
+    /// names a bound past this.
+    pub(crate) unchecked_from: u64,
+}
+
+/// Chunks of [`zero_stray`]'s reads.
+const STRAY_CHUNK_BYTES: usize = 256 << 10;
+
+/// Proves bytes `from..to` of `file` zero (both page aligned), writing zeros over (and
+/// syncing) every chunk that is not, and calling `progress` with the offset proven so far
+/// after each chunk. Returns how many non-zero bytes it found. The log wrote nothing there:
+/// whatever it finds, something else wrote.
+pub(crate) fn zero_stray<F: StorageFile>(
+    file: &F,
+    from: u64,
+    to: u64,
+    mut progress: impl FnMut(u64),
+) -> io::Result<u64> {
+    let mut buf = vec![0u8; STRAY_CHUNK_BYTES.min(to.saturating_sub(from) as usize)];
+    let mut at = from;
+    let mut stray = 0u64;
+    while at < to {
+        let piece = &mut buf[..STRAY_CHUNK_BYTES.min((to - at) as usize)];
+        file.read_at(at, piece)?;
+        if !all_zero(piece) {
+            stray += piece.iter().filter(|&&b| b != 0).count() as u64;
+            piece.fill(0);
+            file.write_at(at, piece)?;
+            file.sync_range(at, piece.len() as u64)?;
+        }
+        at += piece.len() as u64;
+        progress(at);
+    }
+    Ok(stray)
 }
 
 /// Maps a storage error from preallocating segment `id` to the crate error.
@@ -161,6 +198,9 @@ pub(crate) fn start_segment<F: StorageFile>(
         end: FIRST_BLOCK_OFFSET,
         last_lsn: first_lsn - 1,
         write_bound: header.write_bound,
+        // A file made by `create_next` (all zero by `Storage::create`) or one found at open
+        // and proven zero since.
+        unchecked_from: file_bytes,
     })
 }
 

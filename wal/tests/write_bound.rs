@@ -319,3 +319,153 @@ fn concurrent_writers_with_a_small_reach_lose_nothing() {
     assert_eq!(per_thread, vec![batches * 20; usize::from(threads)]);
     assert!(report.segments > 3, "the log rolled: {}", report.segments);
 }
+
+/// Options whose write bound stays far short of a segment's end: 64 KiB segments, the
+/// smallest reach (about 10 KiB with records of at most 3,000 bytes).
+fn short_bound_options() -> WalOptions {
+    WalOptions {
+        segment_bytes: 64 << 10,
+        record_bytes_max: 3000,
+        write_reach_bytes: 4096,
+        ..WalOptions::default()
+    }
+}
+
+/// Opens `disk`, appends until the log has rolled twice, crashes; then the next open must
+/// accept the log and hold every record. Records are synced one by one (a block of one page
+/// each) until one page is left in the segment, then a record needs two: the roll leaves the
+/// last page unused, under the segment's final bound.
+fn append_past_stray_bytes_and_reopen(disk: &FaultDisk, context: &str) {
+    let opts = short_bound_options();
+    let (wal, report) = Wal::open(disk.storage(), opts.clone()).expect("opens");
+    assert!(
+        report
+            .torn_tail
+            .as_ref()
+            .is_none_or(|t| t.bytes_zeroed == 0),
+        "{context}: the open did not read the stray bytes: {:?}",
+        report.torn_tail
+    );
+    let appended = report.last_lsn + append_until_two_rolls(&wal, context);
+    check_promise(disk, context);
+    wal.abandon();
+    drop(wal);
+    let disk = disk.crash(&CrashOptions::all_unsynced());
+    let (wal, report) = Wal::open(disk.storage(), opts)
+        .unwrap_or_else(|e| panic!("{context}: the open after the appends refused the log: {e}"));
+    assert_eq!(report.last_lsn, appended, "{context}");
+    assert_eq!(wal.iter_from(1).count() as u64, appended, "{context}");
+}
+
+/// Appends until the log has rolled twice, each roll leaving the last page of a segment
+/// unused (see [`append_past_stray_bytes_and_reopen`]); returns the records appended.
+fn append_until_two_rolls<S: timewheel_wal::storage::Storage>(wal: &Wal<S>, context: &str) -> u64 {
+    let mut appended = 0;
+    let mut rolls_leaving_a_page = 0;
+    let first = wal.segments().len();
+    while wal.segments().len() < first + 2 {
+        let current = *wal.segments().last().unwrap();
+        if current.used_bytes + 4096 == current.file_bytes {
+            wal.append(1, &[8; 3000]).expect("durable");
+            rolls_leaving_a_page += 1;
+        } else {
+            wal.append(1, &[7; 100]).expect("durable");
+        }
+        appended += 1;
+    }
+    assert_eq!(rolls_leaving_a_page, 2, "{context}: {:?}", wal.segments());
+    appended
+}
+
+/// Bytes that the log never wrote, past the write bound of the segment it appends to after
+/// an open (a misdirected write), are not read by that open; the appends after it raise the
+/// bound over them. They must be found and zeroed before that: otherwise, once a roll seals
+/// the segment, the next open refuses them as damage in a sealed segment (found by the
+/// `wal_open` fuzz target with 32 KiB segments).
+#[test]
+fn stray_bytes_past_the_bound_never_surface_in_a_sealed_segment() {
+    let opts = short_bound_options();
+    for stray_at in [61440 + 8, 61440 + 2000, (64 << 10) - 8] {
+        let disk = crashed_log(64 << 10, 2, &opts);
+        disk.write_raw(SEGMENT, stray_at, b"stray!!!", true);
+        append_past_stray_bytes_and_reopen(&disk, &format!("stray bytes at {stray_at}"));
+    }
+}
+
+/// The same for the file made ahead for the next segment, which an open proves zero only at
+/// its start: stray bytes further in must not surface once a roll made it a segment, nor in
+/// the copy of the last segment that an open may write into it.
+#[test]
+fn stray_bytes_in_the_file_made_ahead_never_surface() {
+    use timewheel_wal::storage::Storage;
+    let opts = short_bound_options();
+    let next = "0000000000000002.wal";
+    // (The open proves the first 16 KiB zero; a copy of the last segment, 3 pages, names a
+    // bound 12 KiB past them.)
+    for (unsynced, stray_at) in [(false, 61440 + 8), (true, 20480), (true, 61440 + 8)] {
+        let disk = crashed_log(64 << 10, 2, &opts);
+        let storage = disk.storage();
+        drop(storage.create(next, 64 << 10).expect("made ahead"));
+        storage.sync_dir().unwrap();
+        disk.write_raw(next, stray_at, b"stray!!!", true);
+        if unsynced {
+            // A record the last segment holds only in the cache: the open copies the
+            // segment, into the file made ahead.
+            let (wal, _) = Wal::open(disk.storage(), opts.clone()).expect("opens");
+            wal.append_nowait(1, &[9; 100]).unwrap();
+            wal.abandon();
+            drop(wal);
+            let (wal, report) = Wal::open(disk.storage(), opts.clone()).expect("opens");
+            assert_eq!(
+                report.segments_copied, 1,
+                "the open copies the last segment"
+            );
+            assert!(disk.live_file(next).is_none(), "into the file made ahead");
+            wal.abandon();
+        }
+        append_past_stray_bytes_and_reopen(
+            &disk,
+            &format!("stray bytes at {stray_at} of the file made ahead (copy: {unsynced})"),
+        );
+    }
+}
+
+/// The same on real files, where the preparer thread proves the bytes zero behind the open
+/// while appends go on (a seal waits for it before it names a bound past what is proven).
+#[test]
+fn stray_bytes_in_real_files_are_zeroed_behind_the_open() {
+    use std::os::unix::fs::FileExt;
+    let opts = short_bound_options();
+    for stray_at in [24576, 61440 + 8, (64 << 10) - 8] {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (wal, _) = Wal::open_dir(dir.path(), opts.clone()).unwrap();
+            wal.append(1, &[1; 100]).unwrap();
+            wal.append(1, &[2; 100]).unwrap();
+            wal.prepare_next_now().unwrap();
+            wal.abandon();
+        }
+        for name in [SEGMENT, "0000000000000002.wal"] {
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(dir.path().join(name))
+                .unwrap();
+            file.write_all_at(b"stray!!!", stray_at).unwrap();
+            file.sync_all().unwrap();
+        }
+        let context = format!("stray bytes at {stray_at}");
+        let (wal, report) = Wal::open_dir(dir.path(), opts.clone()).unwrap();
+        assert!(
+            report.torn_tail.is_none(),
+            "{context}: {:?}",
+            report.torn_tail
+        );
+        let appended = 2 + append_until_two_rolls(&wal, &context);
+        wal.close().unwrap();
+        let (wal, report) = Wal::open_dir(dir.path(), opts.clone()).unwrap_or_else(|e| {
+            panic!("{context}: the open after the appends refused the log: {e}")
+        });
+        assert_eq!(report.last_lsn, appended, "{context}");
+        assert_eq!(wal.iter_from(1).count() as u64, appended, "{context}");
+    }
+}
