@@ -10,10 +10,12 @@
 //! the header) and the header's one-page sync. Only when the preparer is behind or failed does
 //! an append make the file itself, under `log`.
 //!
-//! After an open, the preparer first proves zero the bytes of the files found on disk that
-//! recovery did not read (past the appended-to segment's write bound; the file made ahead),
-//! writing zeros over anything it finds. A seal waits for it (`zero_check`) before it names
-//! a write bound past what is proven; the file made ahead enters `next.ready` once proven.
+//!
+//! Files found on disk at an open hold bytes that recovery did not read (past the appended-to
+//! segment's write bound; most of the file made ahead). Before a block names a bound over
+//! them they are proven zero, zeros written over anything found (`zero_check`): by the
+//! *checker*, a background thread that keeps a reach ahead of the highest bound named, or, with
+//! no background threads or once it stopped, by the seal itself.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
@@ -49,6 +51,7 @@ pub struct Wal<S: Storage = MmapStorage> {
     shared: Arc<Shared<S>>,
     background: Mutex<Option<JoinHandle<()>>>,
     preparer: Mutex<Option<JoinHandle<()>>>,
+    checker: Mutex<Option<JoinHandle<()>>>,
 }
 
 struct Shared<S: Storage> {
@@ -128,28 +131,61 @@ pub struct WalStats {
     pub rolls: u64,
 }
 
-/// The preparer's proof that the bytes of the segment appended to after an open, past its
-/// write bound, are zero: no block may name a bound past `to` in segment `segment`.
+/// The proof that the bytes of a file found at open, which recovery did not read, are zero
+/// before a block names a write bound over them (see the module docs).
 struct ZeroCheck<F> {
+    /// The segment being proven; `file`: its file, `None` once all of it is proven (or when
+    /// nothing was to be).
     segment: u64,
-    /// Proven up to here (`u64::MAX`: all of it, or nothing to prove).
+    file: Option<Arc<F>>,
+    /// Proven up to here.
     to: u64,
-    /// The proof failed (an I/O error): the log is poisoned.
+    /// The checker proves up to here: a reach past the highest bound a seal asked for.
+    wanted: u64,
+    /// The file made ahead that the open found, by id: proven from `next_from` once rolled into.
+    next: Option<u64>,
+    next_from: u64,
+    /// A checker thread runs: seals wait for it. Otherwise they prove what they need.
+    background: bool,
+    /// The checker is to stop (the log is closing): seals prove what they need.
+    stop: bool,
+    /// A proof failed (an I/O error): the log is poisoned.
     failed: bool,
-    /// With no preparer, the seal that needs more proves it itself, just as far as it
-    /// names (a few pages per seal), in this file: deterministic, and an open still reads
-    /// one reach, not the file.
-    by_seal: Option<Arc<F>>,
 }
 
-/// What the preparer proves zero after an open before anything else: the appended-to
-/// segment's file from an offset, and the file made ahead (to go into `next.ready`).
-struct OpenChecks<F> {
-    /// The appended-to segment's file and end, for `prefault_read` (taken at open: the
-    /// preparer must not take `log`, under which a seal may wait for it).
-    appended: (Arc<F>, u64),
-    current: Option<(u64, Arc<F>, u64)>,
-    next: Option<(u64, F)>,
+impl<F: StorageFile> ZeroCheck<F> {
+    /// Takes the outcome of proving segment `id` zero up to `to` (by the checker or a seal):
+    /// moves `to` on, or, after an I/O error, poisons the log. Wakes the waiters either way.
+    fn proven<S: Storage<File = F>>(
+        &mut self,
+        id: u64,
+        to: u64,
+        proven: std::io::Result<u64>,
+        shared: &Shared<S>,
+    ) -> Result<(), Error> {
+        shared.zero_checked.notify_all();
+        match proven {
+            Ok(stray) => {
+                warn_stray(id, stray);
+                if self.segment == id
+                    && let Some(file) = &self.file
+                {
+                    self.to = self.to.max(to);
+                    if self.to >= file.len_bytes() {
+                        self.file = None;
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => {
+                shared.commit.poison();
+                self.failed = true;
+                tracing::error!(segment = id, error = %e,
+                    "WAL could not prove a segment's unused bytes zero; poisoned");
+                Err(Error::Io(e))
+            }
+        }
+    }
 }
 
 /// Files made for segments the log has not rolled into yet: all zero, no header, directory
@@ -258,40 +294,24 @@ impl<S: Storage> Wal<S> {
         if !storage.try_lock()? {
             return Err(Error::Locked);
         }
-        let (segments, mut next_file, report) = recover(&storage, &opts)?;
+        let (segments, next_file, report) = recover(&storage, &opts)?;
         let last_lsn = segments.last().expect("recovery leaves a segment").last_lsn;
         let last_id = segments.last().expect("recovery leaves a segment").id;
         let background = storage.prepare_in_background();
         let current = segments.last().expect("recovery leaves a segment");
-        let mut checks = OpenChecks {
-            appended: (Arc::clone(&current.file), current.end),
-            current: (current.unchecked_from < current.file_bytes).then(|| {
-                (
-                    current.id,
-                    Arc::clone(&current.file),
-                    current.unchecked_from,
-                )
-            }),
-            next: next_file.take(),
-        };
-        let mut zero_check = ZeroCheck {
+        let unchecked = current.unchecked_from < current.file_bytes;
+        let zero_check = ZeroCheck {
             segment: last_id,
-            to: checks
-                .current
-                .as_ref()
-                .map_or(u64::MAX, |&(_, _, from)| from),
+            file: unchecked.then(|| Arc::clone(&current.file)),
+            to: current.unchecked_from,
+            wanted: current.write_bound.saturating_add(opts.write_reach()),
+            next: next_file.as_ref().map(|&(id, _)| id),
+            // What recovery proved of a file with no header (`recover`).
+            next_from: FIRST_BLOCK_OFFSET + opts.block_span_max(),
+            background: background && (unchecked || next_file.is_some()),
+            stop: false,
             failed: false,
-            by_seal: None,
         };
-        if !background {
-            // No preparer: the seals prove the appended-to segment as they go, and the file
-            // made ahead is proven here.
-            zero_check.by_seal = checks.current.take().map(|(_, file, _)| file);
-            if let Some((id, file)) = checks.next.take() {
-                warn_stray(id, zero_stray(&file, 0, file.len_bytes(), |_| {})?);
-                next_file = Some((id, file));
-            }
-        }
         tracing::info!(
             segments = report.segments,
             records = report.records,
@@ -316,8 +336,7 @@ impl<S: Storage> Wal<S> {
             delete_lock: Mutex::new(()),
             next: Mutex::new(NextFiles {
                 want: last_id + 1,
-                // The preparer puts the file found at open into `ready` once proven zero.
-                busy: checks.next.is_some(),
+                busy: false,
                 failed: false,
                 ready: next_file.into_iter().collect(),
                 stop: false,
@@ -333,7 +352,16 @@ impl<S: Storage> Wal<S> {
             let shared = Arc::clone(&shared);
             let handle = std::thread::Builder::new()
                 .name("timewheel-wal-prepare".to_owned())
-                .spawn(move || prepare_loop(&shared, checks))?;
+                .spawn(move || prepare_loop(&shared))?;
+            Some(handle)
+        } else {
+            None
+        };
+        let checker = if lock(&shared.zero_check).background {
+            let shared = Arc::clone(&shared);
+            let handle = std::thread::Builder::new()
+                .name("timewheel-wal-zero".to_owned())
+                .spawn(move || check_loop(&shared))?;
             Some(handle)
         } else {
             None
@@ -353,6 +381,7 @@ impl<S: Storage> Wal<S> {
                 shared,
                 background: Mutex::new(background),
                 preparer: Mutex::new(preparer),
+                checker: Mutex::new(checker),
             },
             report,
         ))
@@ -630,6 +659,11 @@ impl<S: Storage> Wal<S> {
         if let Some(handle) = lock(&self.preparer).take() {
             handle.join().expect("the WAL prepare thread panicked");
         }
+        lock(&self.shared.zero_check).stop = true;
+        self.shared.zero_checked.notify_all();
+        if let Some(handle) = lock(&self.checker).take() {
+            handle.join().expect("the WAL zero-check thread panicked");
+        }
     }
 
     fn waits(&self) -> bool {
@@ -824,7 +858,7 @@ impl<S: Storage> Shared<S> {
             self.opts.write_reach(),
             seg.file_bytes,
         );
-        self.wait_zero_checked(seg.id, write_bound)?;
+        self.prove_zero_to(seg.id, write_bound)?;
         let prefix = MirrorPrefix {
             group_start: group.start,
             first_lsn: group.first_lsn,
@@ -894,41 +928,38 @@ impl<S: Storage> Shared<S> {
         Ok(())
     }
 
-    /// Waits until the preparer has proven segment `id` zero up to `bound`, or proves it
-    /// here if there is no preparer (only ever after an open, for a file found on disk).
-    fn wait_zero_checked(&self, id: u64, bound: u64) -> Result<(), Error> {
+    /// Makes sure segment `id` is proven zero up to `bound` before a block names it: waits for
+    /// the checker, or proves it here when no checker runs (only ever after an open, for a
+    /// file found on disk; otherwise there is nothing to prove and this returns at once).
+    fn prove_zero_to(&self, id: u64, bound: u64) -> Result<(), Error> {
         let mut check = lock(&self.zero_check);
-        if check.segment == id
-            && check.to < bound
-            && let Some(file) = check.by_seal.clone()
-        {
-            let to = bound.min(file.len_bytes());
-            match zero_stray(&*file, check.to, to, |_| {}) {
-                Ok(stray) => warn_stray(id, stray),
-                Err(e) => {
-                    self.commit.poison();
-                    check.failed = true;
-                    tracing::error!(segment = id, error = %e,
-                        "WAL could not prove the current segment's unused bytes zero; poisoned");
-                    return Err(Error::Io(e));
-                }
-            }
-            check.to = to;
-            if to == file.len_bytes() {
-                check.to = u64::MAX;
-                check.by_seal = None;
-            }
+        if check.segment != id {
+            return Ok(());
         }
-        while check.segment == id && check.to < bound {
+        let reach = self.opts.write_reach();
+        check.wanted = check.wanted.max(bound.saturating_add(reach));
+        loop {
             if check.failed {
                 return Err(Error::Poisoned);
             }
-            check = self
-                .zero_checked
-                .wait(check)
-                .expect("a WAL thread panicked");
+            let Some(file) = check.file.clone() else {
+                return Ok(());
+            };
+            let bound = bound.min(file.len_bytes());
+            if check.to >= bound {
+                return Ok(());
+            }
+            if check.background && !check.stop {
+                self.zero_checked.notify_all();
+                check = self
+                    .zero_checked
+                    .wait(check)
+                    .expect("a WAL thread panicked");
+                continue;
+            }
+            let proven = zero_stray(&*file, check.to, bound, |_| {});
+            check.proven(id, bound, proven, self)?;
         }
-        Ok(())
     }
 
     /// The current segment's write bound: the highest its header or a durable block names
@@ -1151,7 +1182,26 @@ impl<S: Storage> Shared<S> {
             file
         };
         let reach = self.opts.write_reach();
-        match start_segment(file, id, first_lsn, (self.opts.segment_bytes, reach)) {
+        let file = Arc::new(file);
+        let header_bound = write_bound_after(FIRST_BLOCK_OFFSET, reach, file.len_bytes());
+        let proven = {
+            let mut check = lock(&self.zero_check);
+            check.segment = id;
+            check.file = None;
+            if check.next == Some(id) {
+                // The file made ahead that the open found: proven from where recovery stopped.
+                check.next = None;
+                check.file = Some(Arc::clone(&file));
+                check.to = check.next_from;
+                check.wanted = header_bound.saturating_add(reach);
+                self.zero_checked.notify_all();
+            }
+            drop(check);
+            self.prove_zero_to(id, header_bound)
+        };
+        match proven
+            .and_then(|()| start_segment(file, id, first_lsn, (self.opts.segment_bytes, reach)))
+        {
             Ok(segment) => {
                 log.raises.clear(); // the old segment's, all durable now
                 Figures::add(&self.figures.rolls, 1);
@@ -1171,63 +1221,18 @@ impl<S: Storage> Shared<S> {
 
 /// The background preparer: first brings the pages of the segment being appended to into
 /// memory past its end (a fresh log's first segment, or the last one after an open: nothing
-/// prepared them) and proves zero what recovery did not read (`checks`), then makes the next
-/// segment's file whenever it is wanted and missing.
-fn prepare_loop<S: Storage>(shared: &Shared<S>, checks: OpenChecks<S::File>) {
-    // First what a seal may wait for, then what only saves the appender page faults.
-    if let Some((id, file, from)) = checks.current {
-        let proven = zero_stray(&*file, from, file.len_bytes(), |at| {
-            lock(&shared.zero_check).to = at;
-            shared.zero_checked.notify_all();
-        });
-        let mut check = lock(&shared.zero_check);
-        match proven {
-            Ok(stray) => {
-                warn_stray(id, stray);
-                check.to = u64::MAX;
-            }
-            Err(e) => {
-                shared.commit.poison();
-                check.failed = true;
-                tracing::error!(segment = id, error = %e,
-                    "WAL could not prove the current segment's unused bytes zero; poisoned");
-            }
-        }
-        shared.zero_checked.notify_all();
-    }
-    let (file, end) = checks.appended;
+/// prepared them), then makes the next segment's file whenever it is wanted and missing.
+fn prepare_loop<S: Storage>(shared: &Shared<S>) {
+    let (file, end) = {
+        let log = lock(&shared.log);
+        let current = log.current();
+        (Arc::clone(&current.file), current.end)
+    };
     if let Err(e) = file.prefault_read(end) {
         // Only a cost: the appender takes the faults itself.
         tracing::debug!(error = %e, "WAL could not bring the current segment's pages in");
     }
     drop(file);
-    if let Some((id, file)) = checks.next {
-        let proven = zero_stray(&file, 0, file.len_bytes(), |_| {});
-        let mut next = lock(&shared.next);
-        next.busy = false;
-        match proven {
-            Ok(stray) => {
-                warn_stray(id, stray);
-                next.ready.insert(id, file);
-            }
-            Err(e) => {
-                // Made again below, as if it had never been there.
-                drop(file);
-                tracing::warn!(segment = id, error = %e,
-                    "WAL could not prove the file made ahead zero; making it again");
-                if let Err(e) = shared
-                    .storage
-                    .remove(&segment_file_name(id))
-                    .and_then(|()| shared.storage.sync_dir())
-                {
-                    shared.commit.poison();
-                    tracing::error!(segment = id, error = %e,
-                        "WAL could not remove the file made ahead; poisoned");
-                }
-            }
-        }
-        shared.next_changed.notify_all();
-    }
     loop {
         {
             let mut next = lock(&shared.next);
@@ -1243,6 +1248,46 @@ fn prepare_loop<S: Storage>(shared: &Shared<S>, checks: OpenChecks<S::File>) {
         }
         if !shared.prepare_next() && shared.commit.is_poisoned() {
             return; // nothing more will be appended
+        }
+    }
+}
+
+/// The checker: proves the files found at open zero, a chunk at a time with no lock held,
+/// keeping a reach ahead of the highest bound a seal asked for (so that a seal rarely waits,
+/// and an open that appends little reads little). Ends when nothing is left to prove, at
+/// `stop`, or after an error.
+fn check_loop<S: Storage>(shared: &Shared<S>) {
+    /// Proven per step: small enough that a waiting seal is not held long.
+    const STEP_BYTES: u64 = 1 << 20;
+    loop {
+        let (id, file, from, to) = {
+            let mut check = lock(&shared.zero_check);
+            loop {
+                if check.stop || check.failed {
+                    return;
+                }
+                match check.file.clone() {
+                    Some(file) => {
+                        let end = check.wanted.min(file.len_bytes());
+                        if check.to < end {
+                            let to = end.min(check.to + STEP_BYTES);
+                            break (check.segment, file, check.to, to);
+                        }
+                    }
+                    // Proven, and no file made ahead left for a roll to hand over.
+                    None if check.next.is_none() => return,
+                    None => {}
+                }
+                check = shared
+                    .zero_checked
+                    .wait(check)
+                    .expect("a WAL thread panicked");
+            }
+        };
+        let proven = zero_stray(&*file, from, to, |_| {});
+        let mut check = lock(&shared.zero_check);
+        if check.proven(id, to, proven, shared).is_err() {
+            return;
         }
     }
 }

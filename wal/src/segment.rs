@@ -170,7 +170,7 @@ pub(crate) fn create_next<S: Storage>(storage: &S, id: u64, bytes: u64) -> Resul
 /// Turns a file made by [`create_next`] into segment `id`: its header written and synced. The
 /// caller made sure the predecessor is durable first (invariant 3 of docs/wal-format.md).
 pub(crate) fn start_segment<F: StorageFile>(
-    file: F,
+    file: Arc<F>,
     id: u64,
     first_lsn: Lsn,
     (bytes, reach): (u64, u64),
@@ -193,7 +193,7 @@ pub(crate) fn start_segment<F: StorageFile>(
         id,
         salt: header.salt,
         first_lsn,
-        file: Arc::new(file),
+        file,
         file_bytes,
         end: FIRST_BLOCK_OFFSET,
         last_lsn: first_lsn - 1,
@@ -218,7 +218,7 @@ pub(crate) fn install_segment<S: Storage>(
     let file = storage
         .create(&segment_file_name(id), bytes)
         .map_err(|e| create_error(id, e))?;
-    let segment = start_segment(file, id, first_lsn, (bytes, reach))?;
+    let segment = start_segment(Arc::new(file), id, first_lsn, (bytes, reach))?;
     storage.sync_dir()?;
     Ok(segment)
 }
