@@ -621,17 +621,16 @@ impl Shared {
                     .get_mut(c * CHUNK + j)
                     .and_then(Option::take)
                     .map(|(hash, key)| state::TakenKey { hash, key });
+                // At its own record's LSN, not the batch's last: a pass that folded the
+                // segment holding it (while the batch's tail went on into the next) lets it go
+                // from memory. With the batch's last LSN, the part of a batch that straddles a
+                // segment's end stayed in memory for good (a pass offers a far job for
+                // eviction once, when it first writes it to its bucket): 12 % of the jobs
+                // scheduled in batches of 100,000.
                 state
-                    .apply_taken(&event, key)
+                    .apply_taken(&event, key, first_lsn + (c * CHUNK + j) as u64)
                     .expect("a new id is not in the table");
                 if let Some(id) = event.id() {
-                    // Its own record's LSN, not the batch's last: a pass that folded the
-                    // segment holding it (while the batch's tail went on into the next) lets
-                    // it go from memory. With the batch's last LSN, the part of a batch that
-                    // straddles a segment's end stayed in memory for good (a pass offers a
-                    // far job for eviction once, when it first writes it to its bucket):
-                    // 12 % of the jobs scheduled in batches of 100,000.
-                    state.changed_at(id, first_lsn + (c * CHUNK + j) as u64);
                     // A pass folded this record into a bucket beyond the horizon before the
                     // commit got here, found the job nowhere in memory and took it for
                     // finished (a new id is in `far_gone` for no other reason): it has a far
@@ -1514,11 +1513,8 @@ impl Shared {
         let first_lsn = lsn + 1 - plan.records().count() as u64;
         for (i, (record_type, body)) in plan.records().enumerate() {
             let event = Event::decode(record_type, body).expect("encoded by the plan");
-            if let Err(why) = state.apply(&event, Mode::Live) {
+            if let Err(why) = state.apply(&event, Mode::Live, first_lsn + i as u64) {
                 panic!("live precondition held but the log's rule refused {event:?}: {why}");
-            }
-            if let Some(id) = event.id() {
-                state.changed_at(id, first_lsn + i as u64);
             }
         }
         (Ok(lsn), state)

@@ -265,12 +265,7 @@ pub(super) fn replay<S: Storage>(
             _ => Ok(()),
         };
         admitted
-            .and_then(|()| state.apply(&event, Mode::Replay))
-            .map(|()| {
-                if let Some(id) = event.id() {
-                    state.changed_at(id, lsn);
-                }
-            })
+            .and_then(|()| state.apply(&event, Mode::Replay, lsn))
             .map_err(|why| {
                 let job = event
                     .id()

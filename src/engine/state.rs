@@ -206,10 +206,11 @@ impl State {
         self.now_ms
     }
 
-    /// The one transition function: applies the record `event` (its ids already admitted by
-    /// the id ledger) or says why the log could not hold it, changing nothing then.
-    pub fn apply(&mut self, event: &Event<'_>, mode: Mode) -> Result<(), &'static str> {
-        self.transition(event, mode, None)
+    /// The one transition function: applies the record `event`, at `lsn` in the log (its ids
+    /// already admitted by the id ledger), or says why the log could not hold it, changing
+    /// nothing then.
+    pub fn apply(&mut self, event: &Event<'_>, mode: Mode, lsn: u64) -> Result<(), &'static str> {
+        self.transition(event, mode, None, lsn)
     }
 
     /// [`apply`](Self::apply) of a live schedule made visible by its commit: its key, if it
@@ -219,8 +220,9 @@ impl State {
         &mut self,
         event: &Event<'_>,
         key: Option<TakenKey>,
+        lsn: u64,
     ) -> Result<(), &'static str> {
-        self.transition(event, Mode::Live, key)
+        self.transition(event, Mode::Live, key, lsn)
     }
 
     fn transition(
@@ -228,14 +230,20 @@ impl State {
         event: &Event<'_>,
         mode: Mode,
         taken: Option<TakenKey>,
+        lsn: u64,
     ) -> Result<(), &'static str> {
-        self.change(event, mode, taken)?;
+        self.change(event, mode, taken, lsn)?;
         self.clean = matches!(event, Event::Closed { .. });
-        if event.sets_crashes_seen()
+        // The job's newest record (a schedule inserted it with both set: one lookup less on
+        // the open's longest path).
+        if !matches!(event, Event::Schedule(_))
             && let Some(id) = event.id()
             && let Some(job) = self.jobs.get_mut(&id)
         {
-            job.crashes_seen = self.crashes;
+            if event.sets_crashes_seen() {
+                job.crashes_seen = self.crashes;
+            }
+            job.lsn = lsn;
         }
         Ok(())
     }
@@ -245,6 +253,7 @@ impl State {
         event: &Event<'_>,
         mode: Mode,
         taken: Option<TakenKey>,
+        lsn: u64,
     ) -> Result<(), &'static str> {
         let live = mode == Mode::Live;
         match *event {
@@ -288,7 +297,7 @@ impl State {
                     s.due_ms,
                     Payload::new(s.payload),
                     s.flags & FLAG_BINARY_PAYLOAD != 0,
-                    live,
+                    (live, lsn),
                 );
                 let recurring = s.recurring.map(|r| {
                     Arc::new(crate::job::Recurring::decode(r).expect("checked by decode"))
@@ -530,7 +539,7 @@ impl State {
                     .dead
                     .remove(&id)
                     .ok_or("requeue of a job that is not dead")?;
-                self.insert_scheduled(id, due_ms, dead.payload, dead.binary, live);
+                self.insert_scheduled(id, due_ms, dead.payload, dead.binary, (live, lsn));
                 let job = self.jobs.get_mut(&id).expect("inserted");
                 job.attempt = dead.attempt;
                 job.far_copy = dead.far_copy;
@@ -698,7 +707,7 @@ impl State {
             job.due_ms,
             Payload::new(&job.payload),
             job.flags & FLAG_BINARY_PAYLOAD != 0,
-            false,
+            (false, 0),
         );
         if !extra.is_empty() {
             self.extra.insert(job.id, extra);
@@ -876,13 +885,6 @@ impl State {
         true
     }
 
-    /// Notes that the record at `lsn` changed job `id` (see `Job::lsn`).
-    pub fn changed_at(&mut self, id: JobId, lsn: u64) {
-        if let Some(job) = self.jobs.get_mut(&id) {
-            job.lsn = lsn;
-        }
-    }
-
     /// Drops what a finished job kept beside the table, its key included.
     fn forget_extra(&mut self, id: JobId) {
         self.extra.remove(&id);
@@ -931,7 +933,7 @@ impl State {
         due_ms: u64,
         payload: Payload,
         binary: bool,
-        arm: bool,
+        (arm, lsn): (bool, u64),
     ) {
         // A due time already past fires at once; its lateness counts from now, not from a
         // due time the engine never had a chance to meet.
@@ -951,7 +953,7 @@ impl State {
                 payload,
                 timer,
                 at_ms: 0,
-                lsn: 0,
+                lsn,
             },
         );
         self.count(None, Some(JobState::Scheduled));
