@@ -10,12 +10,12 @@
 //! the header) and the header's one-page sync. Only when the preparer is behind or failed does
 //! an append make the file itself, under `log`.
 //!
-//!
 //! Files found on disk at an open hold bytes that recovery did not read (past the appended-to
 //! segment's write bound; most of the file made ahead). Before a block names a bound over
 //! them they are proven zero, zeros written over anything found (`zero_check`): by the
 //! *checker*, a background thread that keeps a reach ahead of the highest bound named, or, with
-//! no background threads or once it stopped, by the seal itself.
+//! no background threads or once the checker has ended (the log is closing), by the seal
+//! itself: never both at once.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
@@ -69,7 +69,7 @@ struct Shared<S: Storage> {
     next_changed: Condvar,
     /// When a failed preallocation was last logged, and how many were not logged since.
     warned: Mutex<(Option<std::time::Instant>, u64)>,
-    /// How far the preparer has proven the appended-to segment zero, after an open.
+    /// What of the files found at open is proven zero (see the module docs).
     zero_check: Mutex<ZeroCheck<S::File>>,
     zero_checked: Condvar,
     /// What [`Wal::stats`] reports.
@@ -145,9 +145,10 @@ struct ZeroCheck<F> {
     /// The file made ahead that the open found, by id: proven from `next_from` once rolled into.
     next: Option<u64>,
     next_from: u64,
-    /// A checker thread runs: seals wait for it. Otherwise they prove what they need.
+    /// A checker thread runs (or has not been joined yet): seals wait for it. Otherwise they
+    /// prove what they need.
     background: bool,
-    /// The checker is to stop (the log is closing): seals prove what they need.
+    /// The checker is to stop (the log is closing); once it is joined, `background` is unset.
     stop: bool,
     /// A proof failed (an I/O error): the log is poisoned.
     failed: bool,
@@ -664,6 +665,10 @@ impl<S: Storage> Wal<S> {
         if let Some(handle) = lock(&self.checker).take() {
             handle.join().expect("the WAL zero-check thread panicked");
         }
+        // From here a seal proves what it needs itself (the checker may have stopped with
+        // some left), never beside the checker.
+        lock(&self.shared.zero_check).background = false;
+        self.shared.zero_checked.notify_all();
     }
 
     fn waits(&self) -> bool {
@@ -949,7 +954,7 @@ impl<S: Storage> Shared<S> {
             if check.to >= bound {
                 return Ok(());
             }
-            if check.background && !check.stop {
+            if check.background {
                 self.zero_checked.notify_all();
                 check = self
                     .zero_checked
