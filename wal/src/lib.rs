@@ -70,6 +70,7 @@ pub mod storage;
 mod sync;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+mod zero;
 
 pub use error::{CorruptionReason, Error};
 pub use log::{SYNC_SECONDS_BOUNDS, SegmentInfo, Wal, WalStats};

@@ -12,10 +12,10 @@
 //!
 //! Files found on disk at an open hold bytes that recovery did not read (past the appended-to
 //! segment's write bound; most of the file made ahead). Before a block names a bound over
-//! them they are proven zero, zeros written over anything found (`zero_check`): by the
-//! *checker*, a background thread that keeps a reach ahead of the highest bound named, or, with
-//! no background threads or once the checker has ended (the log is closing), by the seal
-//! itself: never both at once.
+//! them they are proven zero, zeros written over anything found (`zero_proof`, the protocol in
+//! `zero.rs`): by the *checker*, a background thread that keeps a reach ahead of the highest
+//! bound named, or, with no background threads or once the checker is joined (the log is
+//! closing), by the seal itself: never both at once.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
@@ -37,7 +37,12 @@ use crate::recovery::{RecoveryReport, recover};
 use crate::segment::{Segment, create_next, segment_file_name, start_segment, zero_stray};
 use crate::storage::mmap::MmapStorage;
 use crate::storage::{Storage, StorageFile};
+use crate::zero::{self, ProofError, ZeroProof};
 use std::sync::{Condvar, Mutex, MutexGuard};
+
+/// How much the checker proves per step: small enough that a seal waiting for it is not held
+/// long.
+const ZERO_STEP_BYTES: u64 = 1 << 20;
 
 /// Frames are copied into the storage in writes of at most about this many bytes, so the
 /// scratch buffer stays small whatever the batch.
@@ -70,8 +75,7 @@ struct Shared<S: Storage> {
     /// When a failed preallocation was last logged, and how many were not logged since.
     warned: Mutex<(Option<std::time::Instant>, u64)>,
     /// What of the files found at open is proven zero (see the module docs).
-    zero_check: Mutex<ZeroCheck<S::File>>,
-    zero_checked: Condvar,
+    zero_proof: ZeroProof<S::File>,
     /// What [`Wal::stats`] reports.
     figures: Figures,
 }
@@ -129,64 +133,6 @@ pub struct WalStats {
     pub sync_seconds_buckets: Vec<u64>,
     /// Segment rolls.
     pub rolls: u64,
-}
-
-/// The proof that the bytes of a file found at open, which recovery did not read, are zero
-/// before a block names a write bound over them (see the module docs).
-struct ZeroCheck<F> {
-    /// The segment being proven; `file`: its file, `None` once all of it is proven (or when
-    /// nothing was to be).
-    segment: u64,
-    file: Option<Arc<F>>,
-    /// Proven up to here.
-    to: u64,
-    /// The checker proves up to here: a reach past the highest bound a seal asked for.
-    wanted: u64,
-    /// The file made ahead that the open found, by id: proven from `next_from` once rolled into.
-    next: Option<u64>,
-    next_from: u64,
-    /// A checker thread runs (or has not been joined yet): seals wait for it. Otherwise they
-    /// prove what they need.
-    background: bool,
-    /// The checker is to stop (the log is closing); once it is joined, `background` is unset.
-    stop: bool,
-    /// A proof failed (an I/O error): the log is poisoned.
-    failed: bool,
-}
-
-impl<F: StorageFile> ZeroCheck<F> {
-    /// Takes the outcome of proving segment `id` zero up to `to` (by the checker or a seal):
-    /// moves `to` on, or, after an I/O error, poisons the log. Wakes the waiters either way.
-    fn proven<S: Storage<File = F>>(
-        &mut self,
-        id: u64,
-        to: u64,
-        proven: std::io::Result<u64>,
-        shared: &Shared<S>,
-    ) -> Result<(), Error> {
-        shared.zero_checked.notify_all();
-        match proven {
-            Ok(stray) => {
-                warn_stray(id, stray);
-                if self.segment == id
-                    && let Some(file) = &self.file
-                {
-                    self.to = self.to.max(to);
-                    if self.to >= file.len_bytes() {
-                        self.file = None;
-                    }
-                }
-                Ok(())
-            }
-            Err(e) => {
-                shared.commit.poison();
-                self.failed = true;
-                tracing::error!(segment = id, error = %e,
-                    "WAL could not prove a segment's unused bytes zero; poisoned");
-                Err(Error::Io(e))
-            }
-        }
-    }
 }
 
 /// Files made for segments the log has not rolled into yet: all zero, no header, directory
@@ -300,19 +246,21 @@ impl<S: Storage> Wal<S> {
         let last_id = segments.last().expect("recovery leaves a segment").id;
         let background = storage.prepare_in_background();
         let current = segments.last().expect("recovery leaves a segment");
-        let unchecked = current.unchecked_from < current.file_bytes;
-        let zero_check = ZeroCheck {
-            segment: last_id,
-            file: unchecked.then(|| Arc::clone(&current.file)),
-            to: current.unchecked_from,
-            wanted: current.write_bound.saturating_add(opts.write_reach()),
-            next: next_file.as_ref().map(|&(id, _)| id),
-            // What recovery proved of a file with no header (`recover`).
-            next_from: FIRST_BLOCK_OFFSET + opts.block_span_max(),
-            background: background && (unchecked || next_file.is_some()),
-            stop: false,
-            failed: false,
-        };
+        let zero_proof = ZeroProof::new(
+            zero::Found {
+                segment: last_id,
+                file: (current.unchecked_from < current.file_bytes)
+                    .then(|| Arc::clone(&current.file)),
+                from: current.unchecked_from,
+                bound: current.write_bound,
+                next: next_file.as_ref().map(|&(id, _)| id),
+                // What recovery proved of a file with no header (`recover`).
+                next_from: FIRST_BLOCK_OFFSET + opts.block_span_max(),
+                background,
+            },
+            opts.write_reach(),
+            ZERO_STEP_BYTES,
+        );
         tracing::info!(
             segments = report.segments,
             records = report.records,
@@ -344,8 +292,7 @@ impl<S: Storage> Wal<S> {
             }),
             next_changed: Condvar::new(),
             warned: Mutex::new((None, 0)),
-            zero_check: Mutex::new(zero_check),
-            zero_checked: Condvar::new(),
+            zero_proof,
             figures: Figures::default(),
             opts,
         });
@@ -358,7 +305,7 @@ impl<S: Storage> Wal<S> {
         } else {
             None
         };
-        let checker = if lock(&shared.zero_check).background {
+        let checker = if shared.zero_proof.wants_checker() {
             let shared = Arc::clone(&shared);
             let handle = std::thread::Builder::new()
                 .name("timewheel-wal-zero".to_owned())
@@ -660,15 +607,13 @@ impl<S: Storage> Wal<S> {
         if let Some(handle) = lock(&self.preparer).take() {
             handle.join().expect("the WAL prepare thread panicked");
         }
-        lock(&self.shared.zero_check).stop = true;
-        self.shared.zero_checked.notify_all();
+        self.shared.zero_proof.stop();
         if let Some(handle) = lock(&self.checker).take() {
             handle.join().expect("the WAL zero-check thread panicked");
         }
         // From here a seal proves what it needs itself (the checker may have stopped with
         // some left), never beside the checker.
-        lock(&self.shared.zero_check).background = false;
-        self.shared.zero_checked.notify_all();
+        self.shared.zero_proof.joined();
     }
 
     fn waits(&self) -> bool {
@@ -933,37 +878,33 @@ impl<S: Storage> Shared<S> {
         Ok(())
     }
 
-    /// Makes sure segment `id` is proven zero up to `bound` before a block names it: waits for
-    /// the checker, or proves it here when no checker runs (only ever after an open, for a
-    /// file found on disk; otherwise there is nothing to prove and this returns at once).
+    /// Makes sure segment `id` is proven zero up to `bound` before a block names it (see
+    /// `zero.rs`); a failed proof poisons the log.
     fn prove_zero_to(&self, id: u64, bound: u64) -> Result<(), Error> {
-        let mut check = lock(&self.zero_check);
-        if check.segment != id {
-            return Ok(());
-        }
-        let reach = self.opts.write_reach();
-        check.wanted = check.wanted.max(bound.saturating_add(reach));
-        loop {
-            if check.failed {
-                return Err(Error::Poisoned);
+        let proven = self.zero_proof.prove_to(id, bound, &prove_stray_free);
+        self.proof_outcome(id, proven)
+    }
+
+    /// Logs what a proof found, and poisons the log if it failed.
+    fn proof_outcome(&self, id: u64, proven: Result<u64, ProofError>) -> Result<(), Error> {
+        match proven {
+            Ok(stray) => {
+                if stray > 0 {
+                    tracing::warn!(
+                        segment = id,
+                        stray,
+                        "WAL zeroed stray bytes that the log never wrote, past a write bound"
+                    );
+                }
+                Ok(())
             }
-            let Some(file) = check.file.clone() else {
-                return Ok(());
-            };
-            let bound = bound.min(file.len_bytes());
-            if check.to >= bound {
-                return Ok(());
+            Err(ProofError::Poisoned) => Err(Error::Poisoned),
+            Err(ProofError::Failed(e)) => {
+                self.commit.poison();
+                tracing::error!(segment = id, error = %e,
+                    "WAL could not prove a segment's unused bytes zero; poisoned");
+                Err(Error::Io(e))
             }
-            if check.background {
-                self.zero_checked.notify_all();
-                check = self
-                    .zero_checked
-                    .wait(check)
-                    .expect("a WAL thread panicked");
-                continue;
-            }
-            let proven = zero_stray(&*file, check.to, bound, |_| {});
-            check.proven(id, bound, proven, self)?;
         }
     }
 
@@ -1189,21 +1130,11 @@ impl<S: Storage> Shared<S> {
         let reach = self.opts.write_reach();
         let file = Arc::new(file);
         let header_bound = write_bound_after(FIRST_BLOCK_OFFSET, reach, file.len_bytes());
-        let proven = {
-            let mut check = lock(&self.zero_check);
-            check.segment = id;
-            check.file = None;
-            if check.next == Some(id) {
-                // The file made ahead that the open found: proven from where recovery stopped.
-                check.next = None;
-                check.file = Some(Arc::clone(&file));
-                check.to = check.next_from;
-                check.wanted = header_bound.saturating_add(reach);
-                self.zero_checked.notify_all();
-            }
-            drop(check);
-            self.prove_zero_to(id, header_bound)
-        };
+        let proven = self.proof_outcome(
+            id,
+            self.zero_proof
+                .roll_into(id, &file, header_bound, &prove_stray_free),
+        );
         match proven
             .and_then(|()| start_segment(file, id, first_lsn, (self.opts.segment_bytes, reach)))
         {
@@ -1257,55 +1188,22 @@ fn prepare_loop<S: Storage>(shared: &Shared<S>) {
     }
 }
 
-/// The checker: proves the files found at open zero, a chunk at a time with no lock held,
-/// keeping a reach ahead of the highest bound a seal asked for (so that a seal rarely waits,
-/// and an open that appends little reads little). Ends when nothing is left to prove, at
-/// `stop`, or after an error.
+/// The checker (see `zero.rs`): proves the files found at open zero, a step at a time with no
+/// lock held. Ends when nothing is left to prove, at `stop`, or after an error.
 fn check_loop<S: Storage>(shared: &Shared<S>) {
-    /// Proven per step: small enough that a waiting seal is not held long.
-    const STEP_BYTES: u64 = 1 << 20;
-    loop {
-        let (id, file, from, to) = {
-            let mut check = lock(&shared.zero_check);
-            loop {
-                if check.stop || check.failed {
-                    return;
-                }
-                match check.file.clone() {
-                    Some(file) => {
-                        let end = check.wanted.min(file.len_bytes());
-                        if check.to < end {
-                            let to = end.min(check.to + STEP_BYTES);
-                            break (check.segment, file, check.to, to);
-                        }
-                    }
-                    // Proven, and no file made ahead left for a roll to hand over.
-                    None if check.next.is_none() => return,
-                    None => {}
-                }
-                check = shared
-                    .zero_checked
-                    .wait(check)
-                    .expect("a WAL thread panicked");
-            }
-        };
-        let proven = zero_stray(&*file, from, to, |_| {});
-        let mut check = lock(&shared.zero_check);
-        if check.proven(id, to, proven, shared).is_err() {
+    while let Some((id, file, from, to)) = shared.zero_proof.next_step() {
+        let proven = shared
+            .zero_proof
+            .step_done(id, to, prove_stray_free(&*file, from, to));
+        if shared.proof_outcome(id, proven).is_err() {
             return;
         }
     }
 }
 
-/// Logs the bytes that proving a file's unused part zero found (and wrote zeros over).
-fn warn_stray(segment: u64, stray: u64) {
-    if stray > 0 {
-        tracing::warn!(
-            segment,
-            stray,
-            "WAL zeroed stray bytes that the log never wrote, past a write bound"
-        );
-    }
+/// Proves bytes `from..to` of `file` zero ([`zero_stray`]).
+fn prove_stray_free<F: StorageFile>(file: &F, from: u64, to: u64) -> std::io::Result<u64> {
+    zero_stray(file, from, to, |_| {})
 }
 
 fn periodic_sync<S: Storage>(shared: &Shared<S>, interval: Duration) {

@@ -1,19 +1,19 @@
-//! The synchronization primitives of the group commit, behind one name.
+//! The synchronization primitives of the group commit and the zero proof, behind one name.
 //!
-//! `commit.rs` takes its `Mutex`, atomics and thread parking from here and nowhere else, so that the
-//! loom model (`commit::loom_model`, built with `RUSTFLAGS="--cfg loom"`) swaps in `loom::sync`
-//! here without touching the protocol it checks.
+//! `commit.rs` and `zero.rs` take their `Mutex`, `Condvar`, atomics and thread parking from here
+//! and nowhere else, so that their loom models (built with `RUSTFLAGS="--cfg loom"`) swap in
+//! `loom::sync` here without touching the protocols they check.
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 #[cfg(loom)]
-pub(crate) use loom::sync::{Mutex, MutexGuard};
+pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
 #[cfg(loom)]
 pub(crate) use loom::thread::{Thread, current, park};
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::{Mutex, MutexGuard};
+pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
 #[cfg(not(loom))]
 pub(crate) use std::thread::{Thread, current, park};
 
