@@ -881,7 +881,7 @@ impl<S: Storage> Shared<S> {
     /// Makes sure segment `id` is proven zero up to `bound` before a block names it (see
     /// `zero.rs`); a failed proof poisons the log.
     fn prove_zero_to(&self, id: u64, bound: u64) -> Result<(), Error> {
-        let proven = self.zero_proof.prove_to(id, bound, &prove_stray_free);
+        let proven = self.zero_proof.prove_to(id, bound, &zero_stray);
         self.proof_outcome(id, proven)
     }
 
@@ -1133,7 +1133,7 @@ impl<S: Storage> Shared<S> {
         let proven = self.proof_outcome(
             id,
             self.zero_proof
-                .roll_into(id, &file, header_bound, &prove_stray_free),
+                .roll_into(id, &file, header_bound, &zero_stray),
         );
         match proven
             .and_then(|()| start_segment(file, id, first_lsn, (self.opts.segment_bytes, reach)))
@@ -1194,16 +1194,11 @@ fn check_loop<S: Storage>(shared: &Shared<S>) {
     while let Some((id, file, from, to)) = shared.zero_proof.next_step() {
         let proven = shared
             .zero_proof
-            .step_done(id, to, prove_stray_free(&*file, from, to));
+            .step_done(id, to, zero_stray(&*file, from, to));
         if shared.proof_outcome(id, proven).is_err() {
             return;
         }
     }
-}
-
-/// Proves bytes `from..to` of `file` zero ([`zero_stray`]).
-fn prove_stray_free<F: StorageFile>(file: &F, from: u64, to: u64) -> std::io::Result<u64> {
-    zero_stray(file, from, to, |_| {})
 }
 
 fn periodic_sync<S: Storage>(shared: &Shared<S>, interval: Duration) {

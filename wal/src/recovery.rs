@@ -1180,7 +1180,7 @@ pub(crate) fn copy_segment<S: Storage>(
         // Appends go up to that bound without waiting: in the spare, whose bytes past what
         // recovery read of it no one has seen, they are proven zero first.
         if from_spare {
-            let stray = zero_stray(&new, end, fresh.write_bound, |_| {})?;
+            let stray = zero_stray(&new, end, fresh.write_bound)?;
             if stray > 0 {
                 tracing::warn!(
                     segment = id,

@@ -107,15 +107,9 @@ pub(crate) struct Segment<F> {
 const STRAY_CHUNK_BYTES: usize = 256 << 10;
 
 /// Proves bytes `from..to` of `file` zero (both page aligned), writing zeros over (and
-/// syncing) every chunk that is not, and calling `progress` with the offset proven so far
-/// after each chunk. Returns how many non-zero bytes it found. The log wrote nothing there:
+/// syncing) every chunk that is not. Returns how many non-zero bytes it found. The log wrote nothing there:
 /// whatever it finds, something else wrote.
-pub(crate) fn zero_stray<F: StorageFile>(
-    file: &F,
-    from: u64,
-    to: u64,
-    mut progress: impl FnMut(u64),
-) -> io::Result<u64> {
+pub(crate) fn zero_stray<F: StorageFile>(file: &F, from: u64, to: u64) -> io::Result<u64> {
     let mut buf = vec![0u8; STRAY_CHUNK_BYTES.min(to.saturating_sub(from) as usize)];
     let mut at = from;
     let mut stray = 0u64;
@@ -129,7 +123,6 @@ pub(crate) fn zero_stray<F: StorageFile>(
             file.sync_range(at, piece.len() as u64)?;
         }
         at += piece.len() as u64;
-        progress(at);
     }
     Ok(stray)
 }
