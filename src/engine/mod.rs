@@ -216,30 +216,37 @@ impl Engine {
         let _entered = span.enter();
         config.validate()?;
         let open_started_ms = clock.now_ms();
-        let (wal, report) = Wal::open(storage, config.wal_options())?;
-        let manifest = crate::store::open(wal.storage(), wal.first_lsn())?;
+        let new_state = || {
+            let (ready_tx, ready_rx) = crossbeam_channel::unbounded();
+            let mut state = State::new(clock.now_ms(), 0, config.lease_ms, ready_tx);
+            if config.fair_tenants {
+                state.fair = Some(fair::Fair::new(
+                    config.ready_channel_depth,
+                    config.tenant_running_max,
+                    config.tenant_running_limits.clone(),
+                ));
+            }
+            (state, ready_rx)
+        };
+        // The clock read once: the horizon's edge is the same for every try of the replay.
+        let resident_below =
+            crate::store::bucket_of(clock.now_ms().saturating_add(config.horizon_ms)) + 1;
+        let recovery::Opened {
+            wal,
+            manifest,
+            state,
+            ready_rx,
+            replayed,
+        } = recovery::open(
+            storage,
+            config.wal_options(),
+            (resident_below, config.verify_buckets_at_open),
+            &new_state,
+            open_started_ms,
+        )?;
         if !crate::store::ensure_ballast(wal.storage(), config.disk_ballast_bytes)? {
             tracing::warn!("no room for the ballast file a full disk would give up to compaction");
         }
-        let (ready_tx, ready_rx) = crossbeam_channel::unbounded();
-        let mut state = State::new(clock.now_ms(), 0, config.lease_ms, ready_tx);
-        if config.fair_tenants {
-            state.fair = Some(fair::Fair::new(
-                config.ready_channel_depth,
-                config.tenant_running_max,
-                config.tenant_running_limits.clone(),
-            ));
-        }
-        let resident_below =
-            crate::store::bucket_of(state.now_ms.saturating_add(config.horizon_ms)) + 1;
-        let replayed = recovery::replay(
-            &wal,
-            &report,
-            &manifest,
-            (resident_below, config.verify_buckets_at_open),
-            &mut state,
-            open_started_ms,
-        )?;
         let shared = Arc::new(Shared {
             wal,
             state: Mutex::new(state),

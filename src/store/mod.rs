@@ -150,18 +150,34 @@ pub(crate) fn sync_dir<S: Storage>(storage: &S) -> io::Result<()> {
     synced(storage.sync_dir())
 }
 
+/// The manifest as the directory holds it now, read without the directory's lock and without
+/// removing anything: `None` if it does not decode. An open reads it ahead of its lock to
+/// start replaying early, and trusts what it read only if [`open`] (under the lock) finds the
+/// same. A failed read is an error, as under the lock.
+pub(crate) fn peek<S: Storage>(storage: &S) -> Result<Option<Manifest>> {
+    match read_manifest(storage, &storage.list()?) {
+        Ok(manifest) => Ok(Some(manifest)),
+        Err(Error::CorruptedStore { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The manifest of a directory holding `names`: none yet is the empty one.
+fn read_manifest<S: Storage>(storage: &S, names: &[String]) -> Result<Manifest> {
+    if !names.iter().any(|n| n == MANIFEST_NAME) {
+        return Ok(Manifest::default());
+    }
+    let bytes = read_whole(storage, MANIFEST_NAME)?;
+    Manifest::decode(&bytes).map_err(|e| corrupted(MANIFEST_NAME, e.offset, e.what))
+}
+
 /// Opens the store of a directory whose journal is open: reads the manifest (none yet: the
 /// empty one), removes what a crash in the middle of a compaction left behind (a manifest
 /// that was never renamed, runs no manifest names), and checks that the journal still holds
 /// everything after the manifest's LSN.
 pub(crate) fn open<S: Storage>(storage: &S, journal_first_lsn: u64) -> Result<Manifest> {
     let names = storage.list()?;
-    let manifest = if names.iter().any(|n| n == MANIFEST_NAME) {
-        let bytes = read_whole(storage, MANIFEST_NAME)?;
-        Manifest::decode(&bytes).map_err(|e| corrupted(MANIFEST_NAME, e.offset, e.what))?
-    } else {
-        Manifest::default()
-    };
+    let manifest = read_manifest(storage, &names)?;
     let mut removed = false;
     for name in &names {
         let orphan = name == MANIFEST_TMP_NAME

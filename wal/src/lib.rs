@@ -76,7 +76,7 @@ pub use error::{CorruptionReason, Error};
 pub use log::{SYNC_SECONDS_BOUNDS, SegmentInfo, Wal, WalStats};
 pub use options::{Durability, RecoveryMode, WalOptions};
 pub use reader::{Iter, Record, RecordRef};
-pub use recovery::{RecoveryReport, RepairedGroup, TornTail};
+pub use recovery::{Follow, RecoveryReport, RepairedGroup, TornTail};
 pub use segment::{parse_segment_file_name, segment_file_name};
 pub use storage::mmap::MmapStorage;
 pub use storage::{Storage, StorageFile};

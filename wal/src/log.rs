@@ -33,7 +33,7 @@ use crate::format::{
 };
 use crate::options::{Durability, WalOptions};
 use crate::reader::{Iter, SegmentView};
-use crate::recovery::{RecoveryReport, recover};
+use crate::recovery::{Follow, Following, RecoveryReport, recover};
 use crate::segment::{Segment, create_next, segment_file_name, start_segment, zero_stray};
 use crate::storage::mmap::MmapStorage;
 use crate::storage::{Storage, StorageFile};
@@ -237,11 +237,32 @@ impl<S: Storage> Wal<S> {
     /// Opens the log on `storage`: takes the directory lock (`Locked` if taken), recovers (see
     /// [`RecoveryReport`]), and starts the periodic sync thread if asked for.
     pub fn open(storage: S, opts: WalOptions) -> Result<(Self, RecoveryReport), Error> {
+        Self::open_inner(storage, opts, None)
+    }
+
+    /// [`Wal::open`], handing `follow` the records recovery accepts as it goes (see
+    /// [`Follow`]: a prefix of the log, in LSN order). Whoever rebuilds state from the log
+    /// applies them meanwhile, on another thread if it likes, instead of reading the log
+    /// again once the open is done; it reads on with [`Wal::iter_from`] after the last one
+    /// it was handed.
+    pub fn open_following(
+        storage: S,
+        opts: WalOptions,
+        follow: &mut dyn Follow,
+    ) -> Result<(Self, RecoveryReport), Error> {
+        Self::open_inner(storage, opts, Some(follow))
+    }
+
+    fn open_inner(
+        storage: S,
+        opts: WalOptions,
+        follow: Following<'_>,
+    ) -> Result<(Self, RecoveryReport), Error> {
         opts.validate()?;
         if !storage.try_lock()? {
             return Err(Error::Locked);
         }
-        let (segments, next_file, report) = recover(&storage, &opts)?;
+        let (segments, next_file, report) = recover(&storage, &opts, follow)?;
         let last_lsn = segments.last().expect("recovery leaves a segment").last_lsn;
         let last_id = segments.last().expect("recovery leaves a segment").id;
         let background = storage.prepare_in_background();

@@ -184,7 +184,7 @@ fn scan_ahead_of_loop<S: Storage>(
         return Ok(None);
     };
     let mut report = RecoveryReport::empty();
-    let scan = scan_segment(&file, &header, window, &mut report, opts)?;
+    let scan = scan_segment(&file, &header, window, &mut report, opts, &mut None)?;
     Ok(Some(Box::new(ScannedAhead {
         header,
         scan,
@@ -216,6 +216,65 @@ fn count_types(report: &mut RecoveryReport, types: &[u8]) {
 /// The segments in id order (the last is appended to), the next segment's file if one made
 /// ahead of need was kept (all zero, by id), and the report.
 pub(crate) type Recovered<F> = (Vec<Segment<F>>, Option<(u64, F)>, RecoveryReport);
+
+/// Takes the records an open accepts while the open goes on ([`crate::Wal::open_following`]),
+/// so that whoever rebuilds state from the log can start before the open has finished (the
+/// engine replays them on another thread while recovery checks the rest).
+///
+/// What it is handed is a prefix of the opened log, in LSN order: each record of a commit
+/// block that recovery accepted whole (every record's crc and the block's mirror checked),
+/// except records of a later version's types marked skippable (which a reader skips too). At
+/// the first block that recovery has to repair or can not check whole (damage, a repair from
+/// a mirror, a damaged mirror), it stops handing records over for good; the follower reads on
+/// from there with [`crate::Wal::iter_from`] once the open has returned. If the open fails,
+/// nothing it handed over counts.
+pub trait Follow {
+    /// Called once, before any record: about how many records the log holds (exactly for
+    /// its sealed segments, all but the last; for the last, as many as a sealed one holds on
+    /// average), so that the follower can size what it builds once.
+    fn expect(&mut self, records: u64);
+    /// The next record.
+    fn record(&mut self, record: crate::RecordRef<'_>);
+}
+
+/// The follower of an open, while it is still handed records (`None` once recovery met a
+/// block it could not accept whole).
+pub(crate) type Following<'f> = Option<&'f mut dyn Follow>;
+
+/// Hands the records of the group `block_start .. block_start + group_bytes` (first LSN
+/// `first_lsn`), just accepted, to the follower. The bytes are those the scan checked, still
+/// held by the window; should the window no longer hold them all, following stops instead of
+/// reading them again.
+fn hand_over(
+    window: &Window,
+    follow: &mut Following<'_>,
+    block_start: u64,
+    group_bytes: u64,
+    first_lsn: Lsn,
+) {
+    let Some(f) = follow.as_deref_mut() else {
+        return;
+    };
+    let Some(group) = window.held(block_start, group_bytes as usize) else {
+        *follow = None;
+        return;
+    };
+    let (mut rel, mut lsn) = (0usize, first_lsn);
+    while rel < group.len() {
+        let h = decode_record_header(&group[rel..]);
+        assert_eq!(h.lsn, lsn, "an accepted group holds its LSNs in order");
+        if h.record_type <= RECORD_TYPE_USER_MAX {
+            f.record(crate::RecordRef {
+                lsn,
+                record_type: h.record_type,
+                flags: h.flags,
+                body: &group[rel + RECORD_HEADER_BYTES..][..h.len as usize],
+            });
+        }
+        rel += h.frame_bytes() as usize;
+        lsn += 1;
+    }
+}
 
 /// One commit block as recovery found it.
 #[derive(Debug, Clone, Copy)]
@@ -264,6 +323,7 @@ fn corrupted(segment: u64, offset: u64, reason: CorruptionReason) -> Error {
 pub(crate) fn recover<S: Storage>(
     storage: &S,
     opts: &WalOptions,
+    mut follow: Following<'_>,
 ) -> Result<Recovered<S::File>, Error> {
     let started = Instant::now();
     let mut report = RecoveryReport::empty();
@@ -374,8 +434,13 @@ pub(crate) fn recover<S: Storage>(
     let mut segments: Vec<Segment<S::File>> = Vec::new();
     // Files replaced by their copy (already unlinked by the rename), to close at the end.
     let mut retired: Vec<S::File> = Vec::new();
-    // The scans of the next segments, made ahead on a second thread (real files only).
-    let ahead = (storage.parallel_reads() && ids.len() > 1).then(|| {
+    if let Some(f) = follow.as_deref_mut() {
+        f.expect(expected_records(storage, &ids)?);
+    }
+    // The scans of the next segments, made ahead on a second thread (real files only), unless
+    // a follower takes the records as they are accepted: it takes the second CPU then, and
+    // scans made ahead hand it nothing.
+    let ahead = (storage.parallel_reads() && ids.len() > 1 && follow.is_none()).then(|| {
         Ahead::new(ids.len(), SCAN_CHUNK_BYTES, |i, window: &mut Window| {
             scan_ahead_of_loop(storage, ids[i], opts, window)
         })
@@ -411,7 +476,7 @@ pub(crate) fn recover<S: Storage>(
                 // where a real error is met again and returned as a serial open returns it.
                 _ => {
                     window.reset();
-                    scan_segment(&file, &header, &mut window, &mut report, opts)?
+                    scan_segment(&file, &header, &mut window, &mut report, opts, &mut follow)?
                 }
             };
             if let Some((offset, reason)) = scan.damage {
@@ -552,6 +617,32 @@ pub(crate) fn recover<S: Storage>(
     release(storage, retired);
     report.elapsed = started.elapsed();
     Ok((segments, next_file, report))
+}
+
+/// About how many records segments `ids` hold (see [`Follow::expect`]): those before the
+/// last, from the first LSNs the first and the last segment's headers name (0 if either does
+/// not check out: the scan finds out), and for the last as many as a sealed one holds on
+/// average (at most a segment's worth too many: only its scan knows them, and reading its
+/// end to guess better would read bytes the open otherwise never reads, past its write
+/// bound). Nothing for a log of one segment.
+fn expected_records<S: Storage>(storage: &S, ids: &[u64]) -> Result<u64, Error> {
+    let (Some(&first), Some(&last)) = (ids.first(), ids.last()) else {
+        return Ok(0);
+    };
+    if first == last {
+        return Ok(0);
+    }
+    let header = |id: u64| -> Result<Option<Lsn>, Error> {
+        let file = storage.open(&segment_file_name(id))?;
+        Ok(read_header(&file, id, None)?.ok().map(|h| h.first_lsn))
+    };
+    Ok(match (header(first)?, header(last)?) {
+        (Some(a), Some(b)) => {
+            let sealed = b.saturating_sub(a);
+            sealed + sealed / (last - first)
+        }
+        _ => 0,
+    })
 }
 
 /// Where the bytes of a scanned segment start that no record vouches for: the start of the
@@ -822,25 +913,27 @@ pub(crate) fn scan_segment<F: StorageFile>(
     window: &mut Window,
     report: &mut RecoveryReport,
     opts: &WalOptions,
+    follow: &mut Following<'_>,
 ) -> Result<Scan, Error> {
     scan_blocks(
         file,
         header,
         (FIRST_BLOCK_OFFSET, header.first_lsn),
         window,
-        report,
+        (report, follow),
         opts,
     )
 }
 
 /// Like [`scan_segment`], from the block at `from` (page aligned), whose first record must
-/// have LSN `first_lsn`: an operator's repair reads on past damage this way.
+/// have LSN `first_lsn`: an operator's repair reads on past damage this way. The records of
+/// each block accepted whole go to the follower, if any (see [`Follow`]).
 pub(crate) fn scan_blocks<F: StorageFile>(
     file: &F,
     header: &SegmentHeader,
     (from, first_lsn): (u64, Lsn),
     window: &mut Window,
-    report: &mut RecoveryReport,
+    (report, follow): (&mut RecoveryReport, &mut Following<'_>),
     opts: &WalOptions,
 ) -> Result<Scan, Error> {
     let len = file.len_bytes();
@@ -975,6 +1068,7 @@ pub(crate) fn scan_blocks<F: StorageFile>(
                     repair_from: None,
                     mirror_bad: false,
                 });
+                hand_over(window, follow, b, o - b, first);
                 scan.last_lsn = lsn - 1;
                 b = next_block(sealed_end(b, o - b));
                 continue;
@@ -985,6 +1079,9 @@ pub(crate) fn scan_blocks<F: StorageFile>(
         } else {
             CorruptionReason::Mirror
         });
+        // Whatever follows, this block is not accepted whole: the follower reads on from
+        // here once the open is done.
+        *follow = None;
         // A valid mirror of this block repairs it: the group's records are damaged.
         if let Some((m, prefix, group_bytes)) = find_mirror(file, window, salt, b, first, o)? {
             if opts.recovery_mode == RecoveryMode::Absolute {

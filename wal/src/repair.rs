@@ -358,14 +358,21 @@ fn scan_from<F: StorageFile>(
 ) -> Result<Result<Scan, (u64, CorruptionReason)>, Error> {
     let opts = WalOptions::default();
     let scanned = if from.0 == FIRST_BLOCK_OFFSET && from.1 == header.first_lsn {
-        scan_segment(file, header, window, &mut RecoveryReport::empty(), &opts)
+        scan_segment(
+            file,
+            header,
+            window,
+            &mut RecoveryReport::empty(),
+            &opts,
+            &mut None,
+        )
     } else {
         scan_blocks(
             file,
             header,
             from,
             window,
-            &mut RecoveryReport::empty(),
+            (&mut RecoveryReport::empty(), &mut None),
             &opts,
         )
     };

@@ -257,6 +257,16 @@ impl Window {
         self.get_keeping(file, limit, offset, offset, len)
     }
 
+    /// Bytes `offset .. offset + len` if the window holds them (as the last requests left
+    /// them), without reading anything.
+    pub(crate) fn held(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        let end = offset.checked_add(len as u64)?;
+        (offset >= self.start && end <= self.start + self.len as u64).then(|| {
+            let at = (offset - self.start) as usize;
+            &self.buf[at..at + len]
+        })
+    }
+
     /// Like [`Window::get`], for a caller that will come back to `keep` (`<= offset`): the
     /// start of the record or group it is reading. When the request is not in the buffer and
     /// `keep` is, the buffer goes on from `keep`: the bytes it holds from there are kept (moved
@@ -264,6 +274,7 @@ impl Window {
     /// and then compares the group with its mirror, or a record whose header and frame fall on
     /// two sides of a chunk's end, reads each byte of the file once. A hint only: whatever
     /// `keep` is, the bytes returned are the file's at `offset`.
+    #[inline]
     pub(crate) fn get_keeping<F: StorageFile>(
         &mut self,
         file: &F,
@@ -273,35 +284,52 @@ impl Window {
         len: usize,
     ) -> io::Result<&[u8]> {
         let end = offset + len as u64;
-        assert!(keep <= offset && end <= limit && limit <= file.len_bytes());
-        let held_end = self.start + self.len as u64;
-        if offset < self.start || end > held_end {
-            // From `keep` if the buffer holds it (then also what follows it in the buffer),
-            // else from `offset`.
-            let (from, have) = if keep >= self.start && keep < held_end {
-                let at = (keep - self.start) as usize;
-                (keep, self.len - at)
-            } else {
-                (offset, 0)
-            };
-            let span = (end - from) as usize;
-            let read = (limit - from).min(self.chunk_bytes.max(span) as u64) as usize;
-            // An earlier request's limit may have been further.
-            let have = have.min(read);
-            if self.buf.len() < read {
-                self.buf.resize(read, 0);
-            }
-            if have > 0 {
-                let at = (from - self.start) as usize;
-                self.buf.copy_within(at..at + have, 0);
-            }
-            self.len = 0;
-            file.read_at(from + have as u64, &mut self.buf[have..read])?;
-            self.start = from;
-            self.len = read;
+        assert!(keep <= offset && end <= limit);
+        // Held already (a scan asks for the same bytes several times: a record's header, its
+        // frame, the header at the next sector boundary): no read, no call into the file.
+        if offset < self.start || end > self.start + self.len as u64 {
+            self.fill(file, limit, keep, offset, end)?;
         }
         let at = (offset - self.start) as usize;
         Ok(&self.buf[at..at + len])
+    }
+
+    /// Reads what [`Window::get_keeping`] asked for and did not hold: bytes `offset .. end`,
+    /// from `keep` on if the buffer holds it.
+    fn fill<F: StorageFile>(
+        &mut self,
+        file: &F,
+        limit: u64,
+        keep: u64,
+        offset: u64,
+        end: u64,
+    ) -> io::Result<()> {
+        assert!(limit <= file.len_bytes());
+        let held_end = self.start + self.len as u64;
+        // From `keep` if the buffer holds it (then also what follows it in the buffer),
+        // else from `offset`.
+        let (from, have) = if keep >= self.start && keep < held_end {
+            let at = (keep - self.start) as usize;
+            (keep, self.len - at)
+        } else {
+            (offset, 0)
+        };
+        let span = (end - from) as usize;
+        let read = (limit - from).min(self.chunk_bytes.max(span) as u64) as usize;
+        // An earlier request's limit may have been further.
+        let have = have.min(read);
+        if self.buf.len() < read {
+            self.buf.resize(read, 0);
+        }
+        if have > 0 {
+            let at = (from - self.start) as usize;
+            self.buf.copy_within(at..at + have, 0);
+        }
+        self.len = 0;
+        file.read_at(from + have as u64, &mut self.buf[have..read])?;
+        self.start = from;
+        self.len = read;
+        Ok(())
     }
 }
 

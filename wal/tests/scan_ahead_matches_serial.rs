@@ -3,6 +3,9 @@
 //! in records, in mirrors, in headers, in sealed segments or the last one, a crash with
 //! unsynced appends), an open that scans ahead must reach the serial open's verdict: the same
 //! refusal (segment and offset), or the same report, the same records and the same files.
+//! An open that hands its records to a follower as it accepts them (`Wal::open_following`)
+//! reaches that verdict too, and what it handed over is a prefix of the opened log's records:
+//! all of them when nothing needed a repair.
 
 use std::fs;
 use std::io;
@@ -11,7 +14,7 @@ use std::path::Path;
 use proptest::prelude::*;
 use timewheel_wal::storage::Storage;
 use timewheel_wal::storage::mmap::{MmapFile, MmapStorage};
-use timewheel_wal::{Durability, Error, Wal, WalOptions};
+use timewheel_wal::{Durability, Error, Follow, RecordRef, Wal, WalOptions};
 
 const SEGMENT_BYTES: u64 = 8 * 4096;
 
@@ -167,8 +170,78 @@ fn flip(dir: &Path, flips: &[(usize, u32, u8)]) {
     }
 }
 
+/// Takes what an open hands over, and checks the calls come in the promised order.
+#[derive(Default)]
+struct Taker {
+    expected: Option<u64>,
+    records: Records,
+}
+
+impl Follow for Taker {
+    fn expect(&mut self, records: u64) {
+        assert!(self.expected.is_none(), "expect is called once");
+        assert!(self.records.is_empty(), "expect comes before any record");
+        self.expected = Some(records);
+    }
+
+    fn record(&mut self, r: RecordRef<'_>) {
+        assert!(self.expected.is_some(), "expect comes first");
+        if let Some(&(last, _, _)) = self.records.last() {
+            assert!(r.lsn > last, "records come in LSN order");
+        }
+        self.records.push((r.lsn, r.record_type, r.body.to_vec()));
+    }
+}
+
+/// [`verdict`] of an open that hands its records over as it goes, and what it handed over.
+fn verdict_following<S: Storage>(storage: S) -> (Result<(String, Records), String>, Taker) {
+    let mut taker = Taker::default();
+    let verdict = match Wal::open_following(storage, opts(), &mut taker) {
+        Err(e @ Error::Corrupted { .. }) => Err(e.to_string()),
+        Err(e) => panic!("not a verdict on the log: {e}"),
+        Ok((wal, mut report)) => {
+            report.elapsed = Default::default();
+            let records = wal
+                .iter_from(wal.first_lsn())
+                .map(|r| {
+                    let r = r.unwrap();
+                    (r.lsn, r.record_type, r.body)
+                })
+                .collect();
+            wal.close().unwrap();
+            Ok((format!("{report:?}"), records))
+        }
+    };
+    (verdict, taker)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_followed_open_hands_over_a_prefix_of_the_log(case in case()) {
+        let root = tempfile::tempdir().unwrap();
+        let written = root.path().join("written");
+        write(&written, &case);
+        flip(&written, &case.flips);
+        let (serial, followed) = (root.path().join("serial"), root.path().join("followed"));
+        copy_dir(&written, &serial);
+        copy_dir(&written, &followed);
+        let serial_verdict = verdict(Serial(MmapStorage::open_dir(&serial).unwrap()));
+        let (followed_verdict, taker) =
+            verdict_following(MmapStorage::open_dir(&followed).unwrap());
+        prop_assert_eq!(&followed_verdict, &serial_verdict);
+        if let Ok((report, records)) = &followed_verdict {
+            prop_assert!(taker.records.len() <= records.len());
+            prop_assert_eq!(&taker.records[..], &records[..taker.records.len()]);
+            let whole = !report.contains("torn_tail: Some")
+                && report.contains("repaired_groups: []")
+                && report.contains("damaged_mirrors: 0");
+            if whole {
+                prop_assert_eq!(taker.records.len(), records.len(), "{}", report);
+            }
+        }
+    }
 
     #[test]
     fn scanning_ahead_reaches_the_serial_verdict(case in case()) {
