@@ -228,6 +228,42 @@ pub(crate) type Recovered<F> = (Vec<Segment<F>>, Option<(u64, F)>, RecoveryRepor
 /// a mirror, a damaged mirror), it stops handing records over for good; the follower reads on
 /// from there with [`crate::Wal::iter_from`] once the open has returned. If the open fails,
 /// nothing it handed over counts.
+///
+/// ```
+/// use timewheel_wal::{Follow, MmapStorage, RecordRef, Wal, WalOptions};
+///
+/// /// Sums the bodies' lengths as the open accepts the records.
+/// #[derive(Default)]
+/// struct Sum {
+///     bytes: usize,
+///     last_lsn: u64,
+/// }
+///
+/// impl Follow for Sum {
+///     fn expect(&mut self, _records: u64) {}
+///     fn record(&mut self, r: RecordRef<'_>) {
+///         self.bytes += r.body.len();
+///         self.last_lsn = r.lsn;
+///     }
+/// }
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+/// let (wal, _) = Wal::open_dir(dir.path(), WalOptions::default())?;
+/// wal.append_batch([(1, &b"schedule 7"[..]), (1, &b"schedule 8"[..])])?;
+/// wal.close()?;
+///
+/// let mut sum = Sum::default();
+/// let storage = MmapStorage::open_dir(dir.path())?;
+/// let (wal, _) = Wal::open_following(storage, WalOptions::default(), &mut sum)?;
+/// // Whatever the open did not hand over (here: nothing), read on after the last record.
+/// for r in wal.iter_from(sum.last_lsn + 1) {
+///     sum.bytes += r?.body.len();
+/// }
+/// assert_eq!(sum.bytes, 20);
+/// # Ok(())
+/// # }
+/// ```
 pub trait Follow {
     /// Called once, before any record: about how many records the log holds (exactly for
     /// its sealed segments, all but the last; for the last, as many as a sealed one holds on
