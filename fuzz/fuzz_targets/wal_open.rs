@@ -8,6 +8,8 @@
 //! taken right after those appends (recovery made what it returned durable before anything
 //! vouched for it). Without edits or media faults, what comes back is the written log, cut no
 //! earlier than the last acknowledgement (after a close or a process crash, not cut at all).
+//! Half of the opens hand the records they accept to a follower (`Wal::open_following`): what
+//! it got is a prefix of the opened log, and all of it when the open repaired and cut nothing.
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
@@ -15,7 +17,9 @@ use libfuzzer_sys::fuzz_target;
 use timewheel_wal::format::FLAG_SKIPPABLE;
 use timewheel_wal::storage::{Storage, StorageFile};
 use timewheel_wal::testing::{CrashOptions, FaultDisk, FaultStorage, SyncFailure};
-use timewheel_wal::{Error, Record, RecoveryMode, Wal, WalOptions, segment_file_name};
+use timewheel_wal::{
+    Error, Follow, Record, RecordRef, RecoveryMode, Wal, WalOptions, segment_file_name,
+};
 
 /// Limits that keep one execution small (every one is a count or a byte size).
 const APPENDS_MAX: usize = 48;
@@ -406,6 +410,30 @@ fn edit(disk: &FaultDisk, edits: &[Edit]) -> bool {
     any
 }
 
+/// What an open handed over (`Wal::open_following`).
+#[derive(Default)]
+struct Taker {
+    expected: Option<u64>,
+    records: Vec<(u64, u8, u8, Vec<u8>)>,
+}
+
+impl Follow for Taker {
+    fn expect(&mut self, records: u64) {
+        assert!(self.expected.is_none() && self.records.is_empty());
+        self.expected = Some(records);
+    }
+
+    fn record(&mut self, r: RecordRef<'_>) {
+        assert!(self.expected.is_some(), "expect comes first");
+        assert!(
+            self.records.last().is_none_or(|p| p.0 < r.lsn),
+            "records come in LSN order"
+        );
+        self.records
+            .push((r.lsn, r.record_type, r.flags, r.body.to_vec()));
+    }
+}
+
 fn read_all(wal: &Wal<FaultStorage>) -> Vec<Record> {
     let first = wal.first_lsn();
     let mut out: Vec<Record> = Vec::new();
@@ -472,7 +500,13 @@ fn run(input: Input) {
     let edited = edit(&disk, &input.edits);
     let opts = options(&input);
 
-    let (wal, report) = match Wal::open(disk.storage(), opts.clone()) {
+    // Half of the opens hand their records to a follower as they accept them.
+    let mut follower = input.seed.is_multiple_of(2).then(Taker::default);
+    let opened = match follower.as_mut() {
+        Some(f) => Wal::open_following(disk.storage(), opts.clone(), f),
+        None => Wal::open(disk.storage(), opts.clone()),
+    };
+    let (wal, report) = match opened {
         Ok(x) => x,
         // Absolute mode refuses a torn tail too.
         Err(Error::Corrupted { .. }) if edited || media_faults || (input.absolute && crashed) => {
@@ -493,6 +527,24 @@ fn run(input: Input) {
         in_log - report.skipped_records,
         "every record reads back"
     );
+    if let Some(f) = follower {
+        // What the open handed over is a prefix of the log it opened; all of it when it
+        // repaired nothing, cut nothing and met no damaged mirror.
+        assert!(f.records.len() <= records.len());
+        for (got, r) in f.records.iter().zip(&records) {
+            assert_eq!(got, &(r.lsn, r.record_type, r.flags, r.body.clone()));
+        }
+        if report.repaired_groups.is_empty()
+            && report.torn_tail.is_none()
+            && report.damaged_mirrors == 0
+        {
+            assert_eq!(
+                f.records.len(),
+                records.len(),
+                "a healthy log is handed over whole"
+            );
+        }
+    }
 
     if !edited {
         // No record is invented or altered: what came back is a prefix of what was written.
