@@ -7,14 +7,13 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use common::{T0, config};
-use timewheel::{Clock, Config, Engine, JobId, JobSpec, JobState, ManualClock};
+use common::{T0, config, view};
+use timewheel::{Clock, Config, Engine, JobId, JobSpec, ManualClock};
 use timewheel_wal::storage::Storage;
 use timewheel_wal::storage::mmap::{MmapFile, MmapStorage};
 
@@ -75,19 +74,6 @@ impl Storage for SwappedAtLock {
     fn parallel_reads(&self) -> bool {
         self.inner.parallel_reads()
     }
-}
-
-/// What a job looks like from outside.
-type View = BTreeMap<JobId, (JobState, u64, u32, Vec<u8>)>;
-
-fn view(engine: &Engine, ids: &[JobId]) -> View {
-    ids.iter()
-        .filter_map(|&id| {
-            engine
-                .get(id)
-                .map(|j| (id, (j.state, j.due_ms, j.attempt, j.payload.to_vec())))
-        })
-        .collect()
 }
 
 fn open(dir: &Path, clock: &ManualClock) -> Engine {

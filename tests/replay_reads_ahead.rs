@@ -7,11 +7,10 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use common::{T0, config};
-use timewheel::{Config, Engine, Error, JobId, JobSpec, JobState, ManualClock};
+use common::{T0, config, view};
+use timewheel::{Config, Engine, Error, JobId, JobSpec, ManualClock};
 use timewheel_wal::testing::{CrashOptions, FaultDisk, SyncFailure};
 
 const HOUR: u64 = 3_600_000;
@@ -23,19 +22,6 @@ fn cfg() -> Config {
     // Every record stays in the journal: no pass folds it into bucket files.
     c.compact_interval_ms = 0;
     c
-}
-
-/// What a job looks like from outside: state, due time, attempt and payload.
-type View = BTreeMap<JobId, (JobState, u64, u32, Vec<u8>)>;
-
-fn view(engine: &Engine, ids: &[JobId]) -> View {
-    ids.iter()
-        .filter_map(|&id| {
-            engine
-                .get(id)
-                .map(|j| (id, (j.state, j.due_ms, j.attempt, j.payload.to_vec())))
-        })
-        .collect()
 }
 
 fn open(disk: &FaultDisk, clock: &ManualClock, read_ahead: bool) -> Engine {

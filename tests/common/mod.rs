@@ -25,6 +25,20 @@ pub fn open_sim(disk: &FaultDisk, clock: &ManualClock) -> Engine {
     Engine::open_on(disk.storage(), config(), Arc::new(clock.clone())).expect("engine opens")
 }
 
+/// What a job looks like from outside: state, due time, attempt and payload.
+pub type View = std::collections::BTreeMap<JobId, (timewheel::JobState, u64, u32, Vec<u8>)>;
+
+/// The [`View`] of each of `ids` the engine still holds.
+pub fn view(engine: &Engine, ids: &[JobId]) -> View {
+    ids.iter()
+        .filter_map(|&id| {
+            engine
+                .get(id)
+                .map(|j| (id, (j.state, j.due_ms, j.attempt, j.payload.to_vec())))
+        })
+        .collect()
+}
+
 /// Runs the timers and drains the ready queue.
 pub fn fire(engine: &Engine) -> Vec<JobId> {
     engine.run_timers();

@@ -14,7 +14,7 @@ use std::path::Path;
 use proptest::prelude::*;
 use timewheel_wal::storage::Storage;
 use timewheel_wal::storage::mmap::{MmapFile, MmapStorage};
-use timewheel_wal::{Durability, Error, Follow, RecordRef, Wal, WalOptions};
+use timewheel_wal::{Durability, Error, Follow, RecordRef, RecoveryReport, Wal, WalOptions};
 
 const SEGMENT_BYTES: u64 = 8 * 4096;
 
@@ -92,7 +92,13 @@ type Records = Vec<(u64, u8, Vec<u8>)>;
 
 /// What an open found: the error, or the report (its time zeroed) and every record.
 fn verdict<S: Storage>(storage: S) -> Result<(String, Records), String> {
-    match Wal::open(storage, opts()) {
+    verdict_of(Wal::open(storage, opts()))
+}
+
+fn verdict_of<S: Storage>(
+    opened: Result<(Wal<S>, RecoveryReport), Error>,
+) -> Result<(String, Records), String> {
+    match opened {
         Err(e @ Error::Corrupted { .. }) => Err(e.to_string()),
         Err(e) => panic!("not a verdict on the log: {e}"),
         Ok((wal, mut report)) => {
@@ -196,22 +202,7 @@ impl Follow for Taker {
 /// [`verdict`] of an open that hands its records over as it goes, and what it handed over.
 fn verdict_following<S: Storage>(storage: S) -> (Result<(String, Records), String>, Taker) {
     let mut taker = Taker::default();
-    let verdict = match Wal::open_following(storage, opts(), &mut taker) {
-        Err(e @ Error::Corrupted { .. }) => Err(e.to_string()),
-        Err(e) => panic!("not a verdict on the log: {e}"),
-        Ok((wal, mut report)) => {
-            report.elapsed = Default::default();
-            let records = wal
-                .iter_from(wal.first_lsn())
-                .map(|r| {
-                    let r = r.unwrap();
-                    (r.lsn, r.record_type, r.body)
-                })
-                .collect();
-            wal.close().unwrap();
-            Ok((format!("{report:?}"), records))
-        }
-    };
+    let verdict = verdict_of(Wal::open_following(storage, opts(), &mut taker));
     (verdict, taker)
 }
 
