@@ -3,7 +3,9 @@
 //! a child process (this example again) schedules JOBS durable jobs in batches of 10,000, as the
 //! demo's crash child does, says so, and is killed with SIGKILL; then the parent opens the
 //! directory and prints the open's wall time, the WAL recovery's part of it, and the records
-//! replayed per second. `child DIR JOBS` is the child alone; `open DIR` times one open of DIR.
+//! replayed per second. `child DIR JOBS` is the child alone; `open DIR` times one open of DIR;
+//! `inproc [JOBS] [ROUNDS]` schedules, abandons and opens in one process, as the harness's
+//! recovery workload does (default 10M jobs, 3 rounds).
 
 use std::io::BufRead;
 use std::time::{Duration, Instant};
@@ -27,10 +29,54 @@ fn child(dir: &str, jobs: u64) {
     }
 }
 
+/// As the harness's recovery workload does: the engine schedules `jobs` in batches of
+/// 100,000, is abandoned, and the same process opens the directory at once (no `sync` between:
+/// the write-back of what was written may still run).
+fn inproc(jobs: u64, rounds: u32) {
+    for round in 0..rounds {
+        let dir = std::env::temp_dir().join(format!(
+            "timewheel-crash-open-probe-inproc-{}-{round}",
+            std::process::id()
+        ));
+        let engine = Engine::open(Config::new(&dir).compact_interval_ms(0)).expect("open");
+        let due = timewheel::Clock::now_ms(&timewheel::SystemClock) + 3_600_000;
+        let mut k = 0;
+        while k < jobs {
+            let m = 100_000.min(jobs - k);
+            engine
+                .schedule_batch(
+                    (k..k + m).map(|i| JobSpec::at(due + i % 3_600_000).payload([3u8; 16])),
+                )
+                .expect("schedule");
+            k += m;
+        }
+        engine.abandon();
+        let t = Instant::now();
+        let engine = Engine::open(Config::new(&dir).compact_interval_ms(0)).expect("reopen");
+        let open = t.elapsed();
+        let r = engine.recovery().clone();
+        println!(
+            "in process: open {:.1} ms: {} records, the log's part {:.1} ms",
+            open.as_secs_f64() * 1e3,
+            r.records,
+            r.log_elapsed.as_secs_f64() * 1e3,
+        );
+        engine.close().expect("close");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("child") {
         child(&args[1], args[2].parse().expect("JOBS"));
+        return;
+    }
+    if args.first().map(String::as_str) == Some("inproc") {
+        inproc(
+            args.get(1).map_or(10_000_000, |a| a.parse().expect("JOBS")),
+            args.get(2).map_or(3, |a| a.parse().expect("ROUNDS")),
+        );
         return;
     }
     if args.first().map(String::as_str) == Some("open") {
