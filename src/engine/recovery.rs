@@ -68,6 +68,33 @@ struct ReadBatch {
     expected: Option<u64>,
 }
 
+impl ReadBatch {
+    /// An emptied batch: one handed back by replay if there is one, else a new one.
+    fn recycled(empty: &crossbeam_channel::Receiver<ReadBatch>) -> ReadBatch {
+        let mut batch = empty.try_recv().unwrap_or_default();
+        batch.bodies.clear();
+        batch.records.clear();
+        batch
+    }
+
+    /// Adds a record; `true` once the batch is full.
+    fn push(&mut self, r: RecordRef<'_>) -> bool {
+        self.bodies.extend_from_slice(r.body);
+        self.records
+            .push((r.lsn, r.record_type, r.flags, self.bodies.len()));
+        self.records.len() >= READ_AHEAD_RECORDS || self.bodies.len() >= READ_AHEAD_BYTES
+    }
+
+    /// Its records in order: LSN, type, flags and body.
+    fn each(&self) -> impl Iterator<Item = (Lsn, u8, u8, &[u8])> {
+        let starts = std::iter::once(0).chain(self.records.iter().map(|r| r.3));
+        self.records
+            .iter()
+            .zip(starts)
+            .map(|(&(lsn, t, flags, end), start)| (lsn, t, flags, &self.bodies[start..end]))
+    }
+}
+
 /// Reads the journal from `from` on a second thread and hands each record to `replay_one`
 /// on this one, in LSN order. Replay is the open's longest part and runs on one thread (the
 /// state machine is sequential); the reads, checksums and copies of each record (a quarter of
@@ -86,30 +113,21 @@ fn read_ahead<S: Storage>(
             .spawn_scoped(scope, move || {
                 let mut iter = wal.iter_from(from);
                 loop {
-                    let mut batch = empty_rx.try_recv().unwrap_or_default();
-                    batch.bodies.clear();
-                    batch.records.clear();
-                    let mut last = false;
-                    while batch.records.len() < READ_AHEAD_RECORDS
-                        && batch.bodies.len() < READ_AHEAD_BYTES
-                    {
+                    let mut batch = ReadBatch::recycled(&empty_rx);
+                    let last = loop {
                         match iter.next_ref() {
-                            None => {
-                                last = true;
-                                break;
-                            }
+                            None => break true,
                             Some(Err(e)) => {
                                 batch.error = Some(e);
-                                last = true;
-                                break;
+                                break true;
                             }
                             Some(Ok(r)) => {
-                                batch.bodies.extend_from_slice(r.body);
-                                let end = batch.bodies.len();
-                                batch.records.push((r.lsn, r.record_type, r.flags, end));
+                                if batch.push(r) {
+                                    break false;
+                                }
                             }
                         }
-                    }
+                    };
                     // Gone: replay refused a record and stopped.
                     if full_tx.send(batch).is_err() || last {
                         return;
@@ -122,10 +140,8 @@ fn read_ahead<S: Storage>(
         };
         let replayed = (|| {
             for mut batch in full_rx.iter() {
-                let mut start = 0;
-                for &(lsn, record_type, flags, end) in &batch.records {
-                    replay_one(lsn, record_type, flags, &batch.bodies[start..end])?;
-                    start = end;
+                for (lsn, record_type, flags, body) in batch.each() {
+                    replay_one(lsn, record_type, flags, body)?;
                 }
                 if let Some(e) = batch.error.take() {
                     return Err(Error::from(e));
@@ -221,10 +237,8 @@ pub(super) fn open<S: Storage>(
                         if let Some(n) = batch.expected.take() {
                             replay.expect_records(n);
                         }
-                        let mut start = 0;
-                        for &(lsn, record_type, flags, end) in &batch.records {
-                            replay.feed(state, lsn, record_type, flags, &batch.bodies[start..end]);
-                            start = end;
+                        for (lsn, record_type, flags, body) in batch.each() {
+                            replay.feed(state, lsn, record_type, flags, body);
                         }
                         let _ = empty_tx.try_send(batch);
                     }
@@ -346,9 +360,7 @@ impl Batches {
         if self.batch.records.is_empty() && self.batch.expected.is_none() {
             return;
         }
-        let mut next = self.empty_rx.try_recv().unwrap_or_default();
-        next.bodies.clear();
-        next.records.clear();
+        let next = ReadBatch::recycled(&self.empty_rx);
         // The replay thread only ends when this side hangs up.
         let _ = self.full_tx.send(std::mem::replace(&mut self.batch, next));
     }
@@ -361,12 +373,7 @@ impl Follow for Batches {
     }
 
     fn record(&mut self, r: RecordRef<'_>) {
-        self.batch.bodies.extend_from_slice(r.body);
-        let end = self.batch.bodies.len();
-        self.batch
-            .records
-            .push((r.lsn, r.record_type, r.flags, end));
-        if self.batch.records.len() >= READ_AHEAD_RECORDS || end >= READ_AHEAD_BYTES {
+        if self.batch.push(r) {
             self.send();
         }
     }
