@@ -194,3 +194,179 @@ fn shutdown_is_the_last_reply_and_later_requests_are_ignored() {
         "only the first schedule was served"
     );
 }
+
+/// An output the test can read while `serve` writes to it.
+#[derive(Clone, Default)]
+struct SharedOut(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Write for SharedOut {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("not poisoned").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl SharedOut {
+    fn lines(&self) -> Vec<Value> {
+        output_lines(&self.0.lock().expect("not poisoned"))
+    }
+}
+
+/// Waits, with a generous deadline (a guard, not a timing assertion), until `cond` holds.
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_pipeline_is_appended_while_a_sync_is_held_and_answered_only_once_durable() {
+    // The server appends the next run while the previous one waits for its sync, so one sync
+    // carries both; no reply is written before its records are durable, and all come in
+    // request order.
+    let disk = timewheel_wal::testing::FaultDisk::new(71);
+    let clock = ManualClock::new(NOW_MS);
+    let config = common::config();
+    let engine =
+        Engine::open_on(disk.storage(), config.clone(), Arc::new(clock.clone())).expect("open");
+    let records_at_start = engine.log_stats().records;
+    let (reader, mut writer) = std::io::pipe().expect("pipe");
+    let out = SharedOut::default();
+    let schedule = |req: u64| json!({"op":"schedule","req":req,"due_ms":NOW_MS + 60_000});
+    // Released on every way out, a failed assertion included, so the server can finish.
+    struct Release<'a>(&'a timewheel_wal::testing::FaultDisk);
+    impl Drop for Release<'_> {
+        fn drop(&mut self) {
+            self.0.hold_syncs(false);
+        }
+    }
+    disk.hold_syncs(true);
+    let release = Release(&disk);
+    let end = std::thread::scope(|scope| {
+        let server = {
+            let (engine, config, out) = (&engine, &config, out.clone());
+            let reader = std::io::BufReader::new(reader);
+            scope.spawn(move || serve(engine, config, reader, out, ServeOptions::default()))
+        };
+        for req in 0..3 {
+            writeln!(writer, "{}", schedule(req)).expect("write");
+        }
+        assert_eq!(
+            disk.wait_for_held_syncs(1, Duration::from_secs(60)),
+            1,
+            "the first run waits for its sync"
+        );
+        for req in 3..6 {
+            writeln!(writer, "{}", schedule(req)).expect("write");
+        }
+        eventually(
+            "the second run was not appended while the first one's sync was held",
+            || engine.log_stats().records >= records_at_start + 6,
+        );
+        assert_eq!(out.lines(), Vec::<Value>::new(), "a reply before its sync");
+        drop(release);
+        drop(writer);
+        server.join().expect("no panic")
+    });
+    assert_eq!(end.expect("serves"), ServeEnd::Eof);
+    let lines = out.lines();
+    let expected: Vec<Value> = (0..6u64)
+        .map(|req| json!({"req":req,"ok":true,"id":id(req + 1, NOW_MS + 60_000)}))
+        .collect();
+    assert_eq!(lines, expected);
+}
+
+#[test]
+fn a_failed_sync_answers_each_pipelined_request_with_the_error_in_order() {
+    // Schedules appended behind a sync that fails are answered with the error, each in its
+    // place; a complete of a job this sidecar never delivered is not_found; none of the jobs
+    // exists afterwards (nothing was acknowledged).
+    let disk = timewheel_wal::testing::FaultDisk::new(72);
+    let clock = ManualClock::new(NOW_MS);
+    let config = common::config();
+    let engine =
+        Engine::open_on(disk.storage(), config.clone(), Arc::new(clock.clone())).expect("open");
+    disk.set_sync_failure(timewheel_wal::testing::SyncFailure::Always);
+    let input = script(&[
+        json!({"op":"schedule","req":1,"due_ms":NOW_MS - 1}),
+        json!({"op":"schedule","req":2,"due_ms":NOW_MS - 1}),
+        json!({"op":"complete","req":3,"id":"12345"}),
+        json!({"op":"schedule","req":4,"due_ms":NOW_MS - 1}),
+        json!({"op":"stats","req":5}),
+    ]);
+    let out = SharedOut::default();
+    let end = serve(
+        &engine,
+        &config,
+        input,
+        out.clone(),
+        ServeOptions::default(),
+    );
+    assert!(end.is_err(), "the final flush fails: {end:?}");
+    let lines = out.lines();
+    let reqs: Vec<&Value> = lines.iter().map(|l| &l["req"]).collect();
+    assert_eq!(
+        reqs,
+        [&json!(1), &json!(2), &json!(3), &json!(4), &json!(5)]
+    );
+    for line in &lines[..2] {
+        assert_eq!(line["ok"], false, "{line}");
+    }
+    assert_eq!(lines[2]["error"]["kind"], "not_found");
+    assert_eq!(lines[3]["ok"], false, "{}", lines[3]);
+    assert!(
+        lines.iter().all(|l| l["event"].is_null()),
+        "nothing fired: {lines:?}"
+    );
+    assert_eq!(engine.stats().scheduled, 0, "no job became visible");
+}
+
+#[test]
+fn a_failed_write_of_the_replies_ends_serving_with_the_error() {
+    // The client is gone (its end of the output is closed): serve returns the write error
+    // instead of serving on, or hanging, with replies nobody reads.
+    struct Gone;
+    impl Write for Gone {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::ErrorKind::BrokenPipe.into())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let dir = TempDir::new("gone");
+    let (engine, config, _clock) = open(&dir);
+    let (reader, mut writer) = std::io::pipe().expect("pipe");
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        let (engine, config) = (&engine, &config);
+        scope.spawn(move || {
+            let end = serve(
+                engine,
+                config,
+                std::io::BufReader::new(reader),
+                Gone,
+                ServeOptions::default(),
+            );
+            done_tx.send(end).expect("the test waits");
+        });
+        for req in 0..100 {
+            let line = json!({"op":"schedule","req":req,"due_ms":NOW_MS + 60_000});
+            writeln!(writer, "{line}").expect("write");
+        }
+        // The input stays open: only the failed write can end serving.
+        let end = done_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("serving ended after the failed write");
+        match end {
+            Err(Error::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}"),
+            other => panic!("a failed write is an I/O error, not {other:?}"),
+        }
+        drop(writer);
+    });
+}

@@ -129,6 +129,24 @@ impl Engine {
         self.shared.finish_batch(claimed, completion)
     }
 
+    /// The first half of [`Engine::complete_batch`], for a pipeline that answers in order
+    /// (the sidecar): appends the completes and returns what each did, with the LSN that must
+    /// be acknowledged ([`Engine::wait_acknowledged`]) before any of them is reported done.
+    #[cfg(feature = "sidecar")]
+    pub(crate) fn complete_batch_nowait(
+        &self,
+        claimed: &[Claimed],
+    ) -> Result<(Vec<bool>, Option<Lsn>)> {
+        self.shared.finish_batch_nowait(claimed, completion)
+    }
+
+    /// Waits until `lsn` is acknowledged as the durability mode says: the second half of
+    /// [`Engine::complete_batch_nowait`].
+    #[cfg(feature = "sidecar")]
+    pub(crate) fn wait_acknowledged(&self, lsn: Lsn) -> Result<()> {
+        self.shared.wait_acknowledged(lsn)
+    }
+
     /// Completes `done` and claims up to `max` fired jobs, sharing one sync between the two:
     /// a busy worker's loop, with one durability wait per round instead of two. The
     /// completions are durable when this returns, like [`Engine::complete_batch`]'s (whether

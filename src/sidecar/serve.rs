@@ -1,18 +1,23 @@
 //! The serving loop: requests in, replies and `fired` events out.
 //!
-//! Up to four threads:
+//! Up to five threads:
 //! - the *reader* reads request lines ahead into a small bounded queue of chunks, each chunk
 //!   being the whole lines that had already arrived together;
-//! - the *server* (the caller's thread) answers the requests of each chunk in order, handing
+//! - the *server* (the caller's thread) parses the requests of each chunk in order, handing
 //!   each run of consecutive schedules, completes, cancels, reschedules or fails to the engine
-//!   as one batch call with one durability wait;
+//!   as one batch call. It appends a run of schedules or completes and goes on to the next
+//!   run without waiting for its sync;
+//! - the *replier* answers those runs in request order, each once its records are durable
+//!   (the sync it waits for carries every run appended meanwhile). The other requests wait
+//!   until the replier has answered everything before them, and are then served as before:
+//!   one batch call with one durability wait, answered at once;
 //! - the *deliverer* takes the fired ids queued so far from `Engine::ready`, claims them with
 //!   one durable `claim_batch` and prints their events in one write;
 //! - with `--auto-complete`, the *completer* completes what the deliverer printed, with one
 //!   `complete_batch` for everything delivered since its last one. The deliverer never waits
 //!   on a complete's sync.
 //!
-//! Both writers share the output behind one lock, one whole line (or run of lines) at a time,
+//! The writers share the output behind one lock, one whole line (or run of lines) at a time,
 //! so lines never interleave. A *gate* holds back the event of a job until its schedule reply
 //! has been written: a client never sees an id in an event before the reply that gave it, and
 //! never hears of a job firing that was not yet acknowledged as durable.
@@ -31,7 +36,7 @@ use super::protocol::{
     Purge, Reply, Request, RetryWhen, ScheduleVerb, parse_line, render_fired, render_reply,
 };
 use crate::config::Config;
-use crate::engine::Engine;
+use crate::engine::{Engine, Pending};
 use crate::error::{Error, Result};
 use crate::job::{Claimed, JobId, JobSpec};
 
@@ -46,6 +51,8 @@ const COMPLETE_BATCH_MAX: usize = 16384;
 /// Chunks read ahead of the one being served. With `CHUNK_BYTES_MAX` plus one line of
 /// `Config::line_bytes_max` per chunk, this bounds the memory held by read-ahead.
 const CHUNKS_AHEAD_MAX: usize = 4;
+/// Runs appended and not yet answered, at most: beyond this the server waits for the replier.
+const RUNS_UNANSWERED_MAX: usize = 16;
 
 /// How [`serve`] behaves, beyond the engine's [`Config`].
 #[derive(Debug)]
@@ -122,8 +129,16 @@ where
     let stop = options.stop.unwrap_or_else(never);
     let outcome = std::thread::scope(|scope| {
         let (quit_tx, quit_rx) = bounded::<()>(0);
+        // Each writer reports its failure with `try_send`: the first one stops the server.
         let (fatal_tx, fatal_rx) = bounded::<io::Error>(1);
         let server = &server;
+        let (answer_tx, answer_rx) = bounded::<Unanswered>(RUNS_UNANSWERED_MAX);
+        let replier = {
+            let fatal_tx = fatal_tx.clone();
+            std::thread::Builder::new()
+                .name("timewheel-sidecar-reply".into())
+                .spawn_scoped(scope, move || server.answer(&answer_rx, &fatal_tx))?
+        };
         let (completer_tx, completer_rx) = if server.auto_complete {
             let (tx, rx) = unbounded::<Vec<Claimed>>();
             (Some(tx), Some(rx))
@@ -142,7 +157,14 @@ where
             .spawn_scoped(scope, move || {
                 server.deliver(&quit_rx, &fatal_tx, completer_tx.as_ref());
             })?;
-        let outcome = server.run(&chunk_rx, &stop, &fatal_rx);
+        let mut outcome = server.run(&chunk_rx, &stop, &fatal_rx, &answer_tx);
+        // Every run appended is answered before anything else ends.
+        drop(answer_tx);
+        match replier.join() {
+            Ok(Err(e)) if outcome.is_ok() => outcome = Err(e),
+            Ok(_) => {}
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
         drop(quit_tx);
         // The deliverer first: its end closes the completer's queue, and the completer then
         // finishes what it was handed before the engine shuts down.
@@ -241,12 +263,13 @@ impl<W: Write + Send> Server<'_, W> {
         chunks: &Receiver<Vec<Line>>,
         stop: &Receiver<()>,
         fatal: &Receiver<io::Error>,
+        answers: &Sender<Unanswered>,
     ) -> io::Result<Exit> {
         loop {
             select! {
                 recv(chunks) -> chunk => match chunk {
                     Ok(lines) => {
-                        if let Some(req) = self.serve_chunk(lines)? {
+                        if let Some(req) = self.serve_chunk(lines, answers)? {
                             return Ok(Exit::Shutdown(req));
                         }
                     }
@@ -265,8 +288,14 @@ impl<W: Write + Send> Server<'_, W> {
     ///
     /// Consecutive requests of one batchable kind (schedules, completes, cancels) go to the
     /// engine as one batch call: one log append and one durability wait for the whole run,
-    /// answered in order once it is durable.
-    fn serve_chunk(&self, lines: Vec<Line>) -> io::Result<Option<Value>> {
+    /// answered in order once it is durable. Runs of schedules and completes are handed to
+    /// the replier once appended; every other request first waits until the replier has
+    /// answered all before it.
+    fn serve_chunk(
+        &self,
+        lines: Vec<Line>,
+        answers: &Sender<Unanswered>,
+    ) -> io::Result<Option<Value>> {
         let mut requests = lines
             .into_iter()
             .map(|line| match line {
@@ -290,6 +319,9 @@ impl<W: Write + Send> Server<'_, W> {
                     run.push(requests.next().expect("peeked"));
                 }
             }
+            if !matches!(kind, RunKind::Schedule | RunKind::Complete) {
+                self.answered_so_far(answers)?;
+            }
             match kind {
                 RunKind::Schedule => self.schedule_run(
                     run.into_iter()
@@ -298,6 +330,7 @@ impl<W: Write + Send> Server<'_, W> {
                             _ => unreachable!("a run of schedules"),
                         })
                         .collect(),
+                    answers,
                 )?,
                 RunKind::Complete => self.complete_run(
                     run.into_iter()
@@ -306,6 +339,7 @@ impl<W: Write + Send> Server<'_, W> {
                             _ => unreachable!("a run of completes"),
                         })
                         .collect(),
+                    answers,
                 )?,
                 RunKind::Reschedule => self.reschedule_run(
                     run.into_iter()
@@ -348,29 +382,46 @@ impl<W: Write + Send> Server<'_, W> {
         Ok(None)
     }
 
-    /// Completes a run of consecutive `complete` requests with one `complete_batch` (one
-    /// durability wait), then answers each in order as it would have been answered alone:
-    /// ok, or `not_found` unless this sidecar holds the job's claim (the one `attempt` names).
-    fn complete_run(&self, run: Vec<(Value, JobId, Option<u32>)>) -> io::Result<()> {
+    /// Completes a run of consecutive `complete` requests with one append and hands it to
+    /// the replier, which answers each in order once the completes are durable, as it would
+    /// have been answered alone: ok, or `not_found` unless this sidecar holds the job's claim
+    /// (the one `attempt` names).
+    fn complete_run(
+        &self,
+        run: Vec<(Value, JobId, Option<u32>)>,
+        answers: &Sender<Unanswered>,
+    ) -> io::Result<()> {
         // The claim each request finishes, looked up as `fail` does. A job named twice gets
         // the same claim twice; the engine finishes it once and answers false the second
         // time, so the second request is not_found, as it would be one by one.
         let held = self.held_claims(run.iter().map(|(_, id, attempt)| (*id, *attempt)));
-        let batch: Vec<Claimed> = held.iter().flatten().cloned().collect();
-        let result = if batch.is_empty() {
-            Ok(Vec::new())
+        let finished: Vec<Claimed> = held.iter().flatten().cloned().collect();
+        let appended = if finished.is_empty() {
+            Ok((Vec::new(), None))
         } else {
             tracing::trace!(
-                jobs = batch.len(),
+                jobs = finished.len(),
                 "completing a run of requests as one batch"
             );
-            self.engine.complete_batch(&batch)
+            self.engine.complete_batch_nowait(&finished)
         };
-        if result.is_ok() {
-            self.forget_claims(&batch);
-        }
-        let keys = run.iter().map(|(req, id, _)| (req, *id));
-        self.write(&finish_replies(keys, &held, &result))
+        let keys: Vec<(Value, JobId)> = run.into_iter().map(|(req, id, _)| (req, id)).collect();
+        let unanswered = match appended {
+            Ok((done, lsn)) => Unanswered::Completes {
+                keys,
+                held,
+                done,
+                lsn,
+                finished,
+            },
+            // Nothing was appended: answered with the error, in order.
+            Err(e) => Unanswered::Ready(finish_replies(
+                keys.iter().map(|(req, id)| (req, *id)),
+                &held,
+                &Err(e),
+            )),
+        };
+        hand_over(answers, unanswered)
     }
 
     /// The claims this sidecar holds for `(id, attempt)` requests: the newest delivery, or
@@ -481,51 +532,114 @@ impl<W: Write + Send> Server<'_, W> {
     }
 
     /// Schedules consecutive requests as one batch when they are all valid, else one by one,
-    /// and answers each in order once its job is durable.
-    fn schedule_run(&self, run: Vec<(Value, JobSpec)>) -> io::Result<()> {
+    /// and hands each batch to the replier, which answers each request in order once its job
+    /// is durable.
+    fn schedule_run(
+        &self,
+        run: Vec<(Value, JobSpec)>,
+        answers: &Sender<Unanswered>,
+    ) -> io::Result<()> {
         if run.len() > 1 {
             let specs: Vec<JobSpec> = run.iter().map(|(_, spec)| spec.clone()).collect();
-            let reply_all = |replies: &mut dyn Iterator<Item = Reply>| {
-                let mut lines = Vec::with_capacity(run.len() * 48);
-                for ((req, _), reply) in run.iter().zip(replies) {
-                    lines.extend_from_slice(&render_reply(req, &reply));
-                }
-                self.write(&lines)
-            };
             tracing::trace!(
                 jobs = run.len(),
                 "scheduling a run of requests as one batch"
             );
-            match self.schedule_durable(specs) {
-                Ok((ids, _gate)) => return reply_all(&mut ids.into_iter().map(Reply::Scheduled)),
+            match self.engine.schedule_batch_nowait(specs) {
+                Ok((ids, pending)) => {
+                    let reqs = run.into_iter().map(|(req, _)| req).collect();
+                    return hand_over(answers, Unanswered::Schedules { reqs, ids, pending });
+                }
                 // Nothing was written: find the bad ones and schedule the rest one by one.
                 Err(Error::InvalidInput { .. }) => {}
-                // Not a matter of input, and the batch may be in the log: one answer for all.
-                Err(e) => return reply_all(&mut std::iter::repeat(Reply::engine_error(&e))),
+                // Not a matter of input, and nothing was appended: one answer for all.
+                Err(e) => {
+                    let reply = Reply::engine_error(&e);
+                    let mut lines = Vec::with_capacity(run.len() * 48);
+                    for (req, _) in &run {
+                        lines.extend_from_slice(&render_reply(req, &reply));
+                    }
+                    return hand_over(answers, Unanswered::Ready(lines));
+                }
             }
         }
         for (req, spec) in run {
-            let reply = match self.schedule_durable(vec![spec]) {
-                // The gate stays shut until this reply is out.
-                Ok((ids, _gate)) => self.write(&render_reply(&req, &Reply::Scheduled(ids[0]))),
-                Err(e) => self.write(&render_reply(&req, &Reply::engine_error(&e))),
+            let unanswered = match self.engine.schedule_batch_nowait([spec]) {
+                Ok((ids, pending)) => Unanswered::Schedules {
+                    reqs: vec![req],
+                    ids,
+                    pending,
+                },
+                Err(e) => Unanswered::Ready(render_reply(&req, &Reply::engine_error(&e))),
             };
-            reply?;
+            hand_over(answers, unanswered)?;
         }
         Ok(())
     }
 
-    /// Schedules and waits until durable. The jobs' events are held back until
-    /// the returned guard is dropped, which the caller does after writing the replies.
-    fn schedule_durable(&self, specs: Vec<JobSpec>) -> Result<(Vec<JobId>, GateGuard<'_>)> {
-        let mut pending = lock(&self.gate.pending);
-        let (ids, committed) = self.engine.schedule_batch_nowait(specs)?;
-        // Ids of one batch are consecutive; the range covers them all in any case.
-        *pending = ids.first().zip(ids.last()).map(|(a, b)| a.0..=b.0);
-        drop(pending);
-        let guard = GateGuard(&self.gate);
-        self.engine.commit(committed)?;
-        Ok((ids, guard))
+    /// Waits until the replier has answered every run handed to it so far.
+    fn answered_so_far(&self, answers: &Sender<Unanswered>) -> io::Result<()> {
+        let (done_tx, done_rx) = bounded(1);
+        hand_over(answers, Unanswered::Mark(done_tx))?;
+        done_rx.recv().map_err(|_| replier_gone())
+    }
+
+    /// The replier: answers the runs the server appended, in order, each once its records
+    /// are acknowledged (a schedule batch: committed, so its jobs are visible and may fire).
+    /// Ends when the server drops its sender, or at the first failed write (also reported on
+    /// `fatal`, which stops the server).
+    fn answer(&self, runs: &Receiver<Unanswered>, fatal: &Sender<io::Error>) -> io::Result<()> {
+        for run in runs {
+            let written = match run {
+                Unanswered::Ready(lines) => self.write(&lines),
+                Unanswered::Mark(done) => {
+                    let _ = done.send(());
+                    Ok(())
+                }
+                Unanswered::Schedules { reqs, ids, pending } => {
+                    // The jobs' events wait until their replies are out.
+                    *lock(&self.gate.pending) = ids.first().zip(ids.last()).map(|(a, b)| a.0..=b.0);
+                    let _gate = GateGuard(&self.gate);
+                    let mut lines = Vec::with_capacity(reqs.len() * 48);
+                    match self.engine.commit(pending) {
+                        Ok(()) => {
+                            for (req, id) in reqs.iter().zip(ids) {
+                                lines.extend_from_slice(&render_reply(req, &Reply::Scheduled(id)));
+                            }
+                        }
+                        Err(e) => {
+                            let reply = Reply::engine_error(&e);
+                            for req in &reqs {
+                                lines.extend_from_slice(&render_reply(req, &reply));
+                            }
+                        }
+                    }
+                    self.write(&lines)
+                }
+                Unanswered::Completes {
+                    keys,
+                    held,
+                    done,
+                    lsn,
+                    finished,
+                } => {
+                    let result = match lsn {
+                        Some(lsn) => self.engine.wait_acknowledged(lsn).map(|()| done),
+                        None => Ok(done),
+                    };
+                    if result.is_ok() {
+                        self.forget_claims(&finished);
+                    }
+                    let keys = keys.iter().map(|(req, id)| (req, *id));
+                    self.write(&finish_replies(keys, &held, &result))
+                }
+            };
+            if let Err(e) = written {
+                let _ = fatal.try_send(io::Error::new(e.kind(), e.to_string()));
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// Runs a request that is served alone: reschedule, fail, stats.
@@ -695,7 +809,7 @@ impl<W: Write + Send> Server<'_, W> {
                 }
             }
             if let Err(e) = self.write(&lines) {
-                let _ = fatal.send(e);
+                let _ = fatal.try_send(e);
                 return;
             }
             if let Some(completer) = completer {
@@ -761,12 +875,43 @@ fn finish_replies<'a>(
     lines
 }
 
-/// How a request is served: batched with its neighbours of the same kind, or alone.
 /// A `fail` request of a run: `req`, id, reason, attempt, retryable.
 type FailRequest = (Value, JobId, String, Option<u32>, bool);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A run the server appended (or answered already), waiting in order for the replier.
+enum Unanswered {
+    /// Replies written as they are: nothing to wait for.
+    Ready(Vec<u8>),
+    /// A batch of schedules in the log: committed, then answered with its ids.
+    Schedules {
+        reqs: Vec<Value>,
+        ids: Vec<JobId>,
+        pending: Pending,
+    },
+    /// A batch of completes in the log (`lsn`, when something was appended): answered once it
+    /// is acknowledged, as `finish_replies` says; the claims of `finished` are then let go.
+    Completes {
+        keys: Vec<(Value, JobId)>,
+        held: Vec<Option<Claimed>>,
+        done: Vec<bool>,
+        lsn: Option<timewheel_wal::Lsn>,
+        finished: Vec<Claimed>,
+    },
+    /// Everything before it is answered: the replier says so.
+    Mark(Sender<()>),
+}
 
+/// Queues a run for the replier; fails only when the replier has stopped (its write failed).
+fn hand_over(answers: &Sender<Unanswered>, run: Unanswered) -> io::Result<()> {
+    answers.send(run).map_err(|_| replier_gone())
+}
+
+fn replier_gone() -> io::Error {
+    io::Error::other("the reply writer stopped")
+}
+
+/// How a request is served: batched with its neighbours of the same kind, or alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum RunKind {
     Schedule,
     Complete,
