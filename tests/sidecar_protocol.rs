@@ -253,19 +253,23 @@ fn a_pipeline_is_appended_while_a_sync_is_held_and_answered_only_once_durable() 
             let reader = std::io::BufReader::new(reader);
             scope.spawn(move || serve(engine, config, reader, out, ServeOptions::default()))
         };
+        // One write (under the pipe's atomic size): one chunk, in three runs.
+        let mut burst = Vec::new();
         for req in 0..3 {
-            writeln!(writer, "{}", schedule(req)).expect("write");
+            writeln!(burst, "{}", schedule(req)).expect("write to memory");
         }
+        writeln!(burst, "{}", json!({"op":"complete","req":3,"id":"12345"})).expect("write");
+        for req in 4..7 {
+            writeln!(burst, "{}", schedule(req)).expect("write to memory");
+        }
+        writer.write_all(&burst).expect("write");
         assert_eq!(
             disk.wait_for_held_syncs(1, Duration::from_secs(60)),
             1,
             "the first run waits for its sync"
         );
-        for req in 3..6 {
-            writeln!(writer, "{}", schedule(req)).expect("write");
-        }
         eventually(
-            "the second run was not appended while the first one's sync was held",
+            "the last run was not appended while the first one's sync was held",
             || engine.log_stats().records >= records_at_start + 6,
         );
         assert_eq!(out.lines(), Vec::<Value>::new(), "a reply before its sync");
@@ -275,10 +279,12 @@ fn a_pipeline_is_appended_while_a_sync_is_held_and_answered_only_once_durable() 
     });
     assert_eq!(end.expect("serves"), ServeEnd::Eof);
     let lines = out.lines();
-    let expected: Vec<Value> = (0..6u64)
-        .map(|req| json!({"req":req,"ok":true,"id":id(req + 1, NOW_MS + 60_000)}))
-        .collect();
-    assert_eq!(lines, expected);
+    assert_eq!(lines.len(), 7, "{lines:?}");
+    assert_eq!(lines[3]["error"]["kind"], "not_found", "{}", lines[3]);
+    for (req, n) in [(0u64, 1u64), (1, 2), (2, 3), (4, 4), (5, 5), (6, 6)] {
+        let expected = json!({"req":req,"ok":true,"id":id(n, NOW_MS + 60_000)});
+        assert_eq!(lines[req as usize], expected);
+    }
 }
 
 #[test]

@@ -141,6 +141,15 @@ pub struct Pending {
     owner: Option<std::sync::Weak<Shared>>,
 }
 
+impl Pending {
+    /// The LSN that must be acknowledged before [`Engine::commit`] can make the batch
+    /// visible: a commit of a batch whose LSN is acknowledged does not wait.
+    #[cfg(feature = "sidecar")]
+    pub(crate) fn lsn(&self) -> Lsn {
+        self.lsn
+    }
+}
+
 impl Drop for Pending {
     fn drop(&mut self) {
         if let Some(sh) = self.owner.take().and_then(|w| w.upgrade()) {

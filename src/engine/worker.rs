@@ -147,6 +147,12 @@ impl Engine {
         self.shared.wait_acknowledged(lsn)
     }
 
+    /// Whether `lsn` is acknowledged already: [`Engine::wait_acknowledged`] would not wait.
+    #[cfg(feature = "sidecar")]
+    pub(crate) fn is_acknowledged(&self, lsn: Lsn) -> bool {
+        self.shared.acknowledged_through(lsn)
+    }
+
     /// Completes `done` and claims up to `max` fired jobs, sharing one sync between the two:
     /// a busy worker's loop, with one durability wait per round instead of two. The
     /// completions are durable when this returns, like [`Engine::complete_batch`]'s (whether

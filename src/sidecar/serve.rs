@@ -25,6 +25,7 @@
 use std::collections::HashMap;
 use std::io::{self, BufRead, Write};
 use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -51,8 +52,13 @@ const COMPLETE_BATCH_MAX: usize = 16384;
 /// Chunks read ahead of the one being served. With `CHUNK_BYTES_MAX` plus one line of
 /// `Config::line_bytes_max` per chunk, this bounds the memory held by read-ahead.
 const CHUNKS_AHEAD_MAX: usize = 4;
-/// Runs appended and not yet answered, at most: beyond this the server waits for the replier.
-const RUNS_UNANSWERED_MAX: usize = 16;
+/// Runs queued for the replier behind the one it is answering, at most: beyond this the server
+/// waits, and the requests that arrive meanwhile make its next chunk larger. One is enough to
+/// keep the server's work beside the replier's sync.
+const RUNS_QUEUED_MAX: usize = 1;
+/// Reply bytes gathered for one write, about: the runs queued behind a full buffer wait for
+/// the next write.
+const REPLY_BYTES_MAX: usize = 256 << 10;
 
 /// How [`serve`] behaves, beyond the engine's [`Config`].
 #[derive(Debug)]
@@ -125,6 +131,7 @@ where
         line_bytes_max,
         batch_jobs_max: config.batch_jobs_max.min(CHUNK_LINES_MAX),
         auto_complete: options.auto_complete,
+        unanswered: AtomicUsize::new(0),
     };
     let stop = options.stop.unwrap_or_else(never);
     let outcome = std::thread::scope(|scope| {
@@ -132,7 +139,7 @@ where
         // Each writer reports its failure with `try_send`: the first one stops the server.
         let (fatal_tx, fatal_rx) = bounded::<io::Error>(1);
         let server = &server;
-        let (answer_tx, answer_rx) = bounded::<Unanswered>(RUNS_UNANSWERED_MAX);
+        let (answer_tx, answer_rx) = bounded::<Unanswered>(RUNS_QUEUED_MAX);
         let replier = {
             let fatal_tx = fatal_tx.clone();
             std::thread::Builder::new()
@@ -248,6 +255,16 @@ struct Server<'e, W> {
     line_bytes_max: usize,
     batch_jobs_max: usize,
     auto_complete: bool,
+    /// Runs handed to the replier and not yet written (marks included). Only the server adds
+    /// to it, so once it reads zero it stays zero until the server hands over again.
+    unanswered: AtomicUsize,
+}
+
+/// Where the server's answer to a run goes: to the replier, or (`inline`, when nothing is
+/// waiting for it there) written by the server itself once the run is durable.
+struct Answers<'a> {
+    replier: &'a Sender<Unanswered>,
+    inline: bool,
 }
 
 impl<W: Write + Send> Server<'_, W> {
@@ -289,8 +306,12 @@ impl<W: Write + Send> Server<'_, W> {
     /// Consecutive requests of one batchable kind (schedules, completes, cancels) go to the
     /// engine as one batch call: one log append and one durability wait for the whole run,
     /// answered in order once it is durable. Runs of schedules and completes are handed to
-    /// the replier once appended; every other request first waits until the replier has
-    /// answered all before it.
+    /// the replier once appended, unless it has nothing to answer and the run is the chunk's
+    /// last: then the server waits for the sync and answers itself, as before the replier
+    /// existed, and the requests that arrive meanwhile make the next chunk larger (a client
+    /// that writes one request at a time gets its requests batched as before, with no extra
+    /// thread hop). Every other request first waits until the replier has answered all
+    /// before it.
     fn serve_chunk(
         &self,
         lines: Vec<Line>,
@@ -319,9 +340,14 @@ impl<W: Write + Send> Server<'_, W> {
                     run.push(requests.next().expect("peeked"));
                 }
             }
-            if !matches!(kind, RunKind::Schedule | RunKind::Complete) {
+            let idle = self.unanswered.load(Ordering::Acquire) == 0;
+            if !idle && !matches!(kind, RunKind::Schedule | RunKind::Complete) {
                 self.answered_so_far(answers)?;
             }
+            let answers = Answers {
+                replier: answers,
+                inline: idle && requests.peek().is_none(),
+            };
             match kind {
                 RunKind::Schedule => self.schedule_run(
                     run.into_iter()
@@ -330,7 +356,7 @@ impl<W: Write + Send> Server<'_, W> {
                             _ => unreachable!("a run of schedules"),
                         })
                         .collect(),
-                    answers,
+                    &answers,
                 )?,
                 RunKind::Complete => self.complete_run(
                     run.into_iter()
@@ -339,7 +365,7 @@ impl<W: Write + Send> Server<'_, W> {
                             _ => unreachable!("a run of completes"),
                         })
                         .collect(),
-                    answers,
+                    &answers,
                 )?,
                 RunKind::Reschedule => self.reschedule_run(
                     run.into_iter()
@@ -389,7 +415,7 @@ impl<W: Write + Send> Server<'_, W> {
     fn complete_run(
         &self,
         run: Vec<(Value, JobId, Option<u32>)>,
-        answers: &Sender<Unanswered>,
+        answers: &Answers<'_>,
     ) -> io::Result<()> {
         // The claim each request finishes, looked up as `fail` does. A job named twice gets
         // the same claim twice; the engine finishes it once and answers false the second
@@ -421,7 +447,7 @@ impl<W: Write + Send> Server<'_, W> {
                 &Err(e),
             )),
         };
-        hand_over(answers, unanswered)
+        self.settle(answers, unanswered)
     }
 
     /// The claims this sidecar holds for `(id, attempt)` requests: the newest delivery, or
@@ -534,11 +560,7 @@ impl<W: Write + Send> Server<'_, W> {
     /// Schedules consecutive requests as one batch when they are all valid, else one by one,
     /// and hands each batch to the replier, which answers each request in order once its job
     /// is durable.
-    fn schedule_run(
-        &self,
-        run: Vec<(Value, JobSpec)>,
-        answers: &Sender<Unanswered>,
-    ) -> io::Result<()> {
+    fn schedule_run(&self, run: Vec<(Value, JobSpec)>, answers: &Answers<'_>) -> io::Result<()> {
         if run.len() > 1 {
             let specs: Vec<JobSpec> = run.iter().map(|(_, spec)| spec.clone()).collect();
             tracing::trace!(
@@ -548,7 +570,7 @@ impl<W: Write + Send> Server<'_, W> {
             match self.engine.schedule_batch_nowait(specs) {
                 Ok((ids, pending)) => {
                     let reqs = run.into_iter().map(|(req, _)| req).collect();
-                    return hand_over(answers, Unanswered::Schedules { reqs, ids, pending });
+                    return self.settle(answers, Unanswered::Schedules { reqs, ids, pending });
                 }
                 // Nothing was written: find the bad ones and schedule the rest one by one.
                 Err(Error::InvalidInput { .. }) => {}
@@ -559,7 +581,7 @@ impl<W: Write + Send> Server<'_, W> {
                     for (req, _) in &run {
                         lines.extend_from_slice(&render_reply(req, &reply));
                     }
-                    return hand_over(answers, Unanswered::Ready(lines));
+                    return self.settle(answers, Unanswered::Ready(lines));
                 }
             }
         }
@@ -572,74 +594,136 @@ impl<W: Write + Send> Server<'_, W> {
                 },
                 Err(e) => Unanswered::Ready(render_reply(&req, &Reply::engine_error(&e))),
             };
-            hand_over(answers, unanswered)?;
+            self.settle(answers, unanswered)?;
         }
         Ok(())
+    }
+
+    /// Answers `run`: on this thread when `answers.inline` (the replier has nothing to
+    /// answer, so the order holds), else through the replier.
+    fn settle(&self, answers: &Answers<'_>, run: Unanswered) -> io::Result<()> {
+        if !answers.inline {
+            return self.hand_over(answers.replier, run);
+        }
+        let (mut lines, mut marks) = (Vec::new(), Vec::new());
+        self.answer_run(run, &mut lines, &mut marks);
+        let written = self.write(&lines);
+        self.gate.open();
+        written
+    }
+
+    /// Queues a run for the replier; fails only when the replier has stopped (its write
+    /// failed).
+    fn hand_over(&self, answers: &Sender<Unanswered>, run: Unanswered) -> io::Result<()> {
+        self.unanswered.fetch_add(1, Ordering::AcqRel);
+        answers.send(run).map_err(|_| replier_gone())
     }
 
     /// Waits until the replier has answered every run handed to it so far.
     fn answered_so_far(&self, answers: &Sender<Unanswered>) -> io::Result<()> {
         let (done_tx, done_rx) = bounded(1);
-        hand_over(answers, Unanswered::Mark(done_tx))?;
+        self.hand_over(answers, Unanswered::Mark(done_tx))?;
         done_rx.recv().map_err(|_| replier_gone())
     }
 
     /// The replier: answers the runs the server appended, in order, each once its records
     /// are acknowledged (a schedule batch: committed, so its jobs are visible and may fire).
-    /// Ends when the server drops its sender, or at the first failed write (also reported on
-    /// `fatal`, which stops the server).
+    /// The replies of the runs queued behind one that are acknowledged by then (the same sync
+    /// covered them) go out in the same write: a client that pipelines single requests gets
+    /// its replies in a few large writes, not one per request. Ends when the server drops its
+    /// sender, or at the first failed write (also reported on `fatal`, which stops the
+    /// server).
     fn answer(&self, runs: &Receiver<Unanswered>, fatal: &Sender<io::Error>) -> io::Result<()> {
-        for run in runs {
-            let written = match run {
-                Unanswered::Ready(lines) => self.write(&lines),
-                Unanswered::Mark(done) => {
-                    let _ = done.send(());
-                    Ok(())
-                }
-                Unanswered::Schedules { reqs, ids, pending } => {
-                    // The jobs' events wait until their replies are out.
-                    *lock(&self.gate.pending) = ids.first().zip(ids.last()).map(|(a, b)| a.0..=b.0);
-                    let _gate = GateGuard(&self.gate);
-                    let mut lines = Vec::with_capacity(reqs.len() * 48);
-                    match self.engine.commit(pending) {
-                        Ok(()) => {
-                            for (req, id) in reqs.iter().zip(ids) {
-                                lines.extend_from_slice(&render_reply(req, &Reply::Scheduled(id)));
-                            }
-                        }
-                        Err(e) => {
-                            let reply = Reply::engine_error(&e);
-                            for req in &reqs {
-                                lines.extend_from_slice(&render_reply(req, &reply));
-                            }
-                        }
-                    }
-                    self.write(&lines)
-                }
-                Unanswered::Completes {
-                    keys,
-                    held,
-                    done,
-                    lsn,
-                    finished,
-                } => {
-                    let result = match lsn {
-                        Some(lsn) => self.engine.wait_acknowledged(lsn).map(|()| done),
-                        None => Ok(done),
-                    };
-                    if result.is_ok() {
-                        self.forget_claims(&finished);
-                    }
-                    let keys = keys.iter().map(|(req, id)| (req, *id));
-                    self.write(&finish_replies(keys, &held, &result))
-                }
+        let mut lines = Vec::new();
+        let mut marks = Vec::new();
+        let mut next = None;
+        loop {
+            let Some(mut run) = next.take().or_else(|| runs.recv().ok()) else {
+                return Ok(());
             };
+            let mut answered = 0;
+            loop {
+                self.answer_run(run, &mut lines, &mut marks);
+                answered += 1;
+                if lines.len() >= REPLY_BYTES_MAX {
+                    break;
+                }
+                match runs.try_recv() {
+                    Ok(r) if self.answers_at_once(&r) => run = r,
+                    Ok(r) => {
+                        // Its sync is still to come: what is answered goes out first.
+                        next = Some(r);
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            let written = self.write(&lines);
+            lines.clear();
+            self.gate.open();
+            self.unanswered.fetch_sub(answered, Ordering::AcqRel);
+            for done in marks.drain(..) {
+                let _ = done.send(());
+            }
             if let Err(e) = written {
                 let _ = fatal.try_send(io::Error::new(e.kind(), e.to_string()));
                 return Err(e);
             }
         }
-        Ok(())
+    }
+
+    /// Whether `run` can be answered without waiting for a sync.
+    fn answers_at_once(&self, run: &Unanswered) -> bool {
+        match run {
+            Unanswered::Ready(_) | Unanswered::Mark(_) => true,
+            Unanswered::Schedules { pending, .. } => self.engine.is_acknowledged(pending.lsn()),
+            Unanswered::Completes { lsn, .. } => lsn.is_none_or(|l| self.engine.is_acknowledged(l)),
+        }
+    }
+
+    /// Appends the replies to `run` to `lines`, once its records are acknowledged. The events
+    /// of the jobs it schedules are held back (the gate) until the caller has written
+    /// `lines`; a mark is kept in `marks` for the caller to signal after that write.
+    fn answer_run(&self, run: Unanswered, lines: &mut Vec<u8>, marks: &mut Vec<Sender<()>>) {
+        match run {
+            Unanswered::Ready(ready) => lines.extend_from_slice(&ready),
+            Unanswered::Mark(done) => marks.push(done),
+            Unanswered::Schedules { reqs, ids, pending } => {
+                if let (Some(first), Some(last)) = (ids.first(), ids.last()) {
+                    self.gate.hold(first.0..=last.0);
+                }
+                match self.engine.commit(pending) {
+                    Ok(()) => {
+                        for (req, id) in reqs.iter().zip(ids) {
+                            lines.extend_from_slice(&render_reply(req, &Reply::Scheduled(id)));
+                        }
+                    }
+                    Err(e) => {
+                        let reply = Reply::engine_error(&e);
+                        for req in &reqs {
+                            lines.extend_from_slice(&render_reply(req, &reply));
+                        }
+                    }
+                }
+            }
+            Unanswered::Completes {
+                keys,
+                held,
+                done,
+                lsn,
+                finished,
+            } => {
+                let result = match lsn {
+                    Some(lsn) => self.engine.wait_acknowledged(lsn).map(|()| done),
+                    None => Ok(done),
+                };
+                if result.is_ok() {
+                    self.forget_claims(&finished);
+                }
+                let keys = keys.iter().map(|(req, id)| (req, *id));
+                lines.extend_from_slice(&finish_replies(keys, &held, &result));
+            }
+        }
     }
 
     /// Runs a request that is served alone: reschedule, fail, stats.
@@ -901,11 +985,6 @@ enum Unanswered {
     Mark(Sender<()>),
 }
 
-/// Queues a run for the replier; fails only when the replier has stopped (its write failed).
-fn hand_over(answers: &Sender<Unanswered>, run: Unanswered) -> io::Result<()> {
-    answers.send(run).map_err(|_| replier_gone())
-}
-
 fn replier_gone() -> io::Error {
     io::Error::other("the reply writer stopped")
 }
@@ -938,7 +1017,7 @@ impl RunKind {
 /// Holds back the events of the jobs whose schedule reply is not written yet.
 #[derive(Default)]
 struct Gate {
-    /// The ids of the batch being acknowledged.
+    /// The ids of the batches being acknowledged (those of one write of replies).
     pending: Mutex<Option<RangeInclusive<u64>>>,
     opened: Condvar,
 }
@@ -950,15 +1029,20 @@ impl Gate {
             pending = self.opened.wait(pending).unwrap_or_else(|p| p.into_inner());
         }
     }
-}
 
-/// Opens the gate when dropped, on every path out of a schedule.
-struct GateGuard<'a>(&'a Gate);
+    /// Holds back the events of `ids` too, until [`Gate::open`].
+    fn hold(&self, ids: RangeInclusive<u64>) {
+        let mut pending = lock(&self.pending);
+        *pending = Some(match pending.take() {
+            Some(held) => *held.start().min(ids.start())..=*held.end().max(ids.end()),
+            None => ids,
+        });
+    }
 
-impl Drop for GateGuard<'_> {
-    fn drop(&mut self) {
-        *lock(&self.0.pending) = None;
-        self.0.opened.notify_all();
+    /// Lets every held event go.
+    fn open(&self) {
+        *lock(&self.pending) = None;
+        self.opened.notify_all();
     }
 }
 
