@@ -53,9 +53,12 @@ const COMPLETE_BATCH_MAX: usize = 16384;
 /// `Config::line_bytes_max` per chunk, this bounds the memory held by read-ahead.
 const CHUNKS_AHEAD_MAX: usize = 4;
 /// Runs queued for the replier behind the one it is answering, at most: beyond this the server
-/// waits, and the requests that arrive meanwhile make its next chunk larger. One is enough to
-/// keep the server's work beside the replier's sync.
-const RUNS_QUEUED_MAX: usize = 1;
+/// waits, and the requests that arrive meanwhile make its next chunk larger.
+const RUNS_QUEUED_MAX: usize = 16;
+/// Longest run the server answers itself, as the last of its chunk when the replier is idle:
+/// a client writing a request at a time, whose requests the wait batches; longer runs come
+/// from pipelining clients, whose next requests are parsed and appended during the sync.
+const INLINE_RUN_MAX: usize = 64;
 /// Reply bytes gathered for one write, about: the runs queued behind a full buffer wait for
 /// the next write.
 const REPLY_BYTES_MAX: usize = 256 << 10;
@@ -307,11 +310,11 @@ impl<W: Write + Send> Server<'_, W> {
     /// engine as one batch call: one log append and one durability wait for the whole run,
     /// answered in order once it is durable. Runs of schedules and completes are handed to
     /// the replier once appended, unless it has nothing to answer and the run is the chunk's
-    /// last: then the server waits for the sync and answers itself, as before the replier
-    /// existed, and the requests that arrive meanwhile make the next chunk larger (a client
-    /// that writes one request at a time gets its requests batched as before, with no extra
-    /// thread hop). Every other request first waits until the replier has answered all
-    /// before it.
+    /// last and short (at most [`INLINE_RUN_MAX`] requests): then the server waits for the
+    /// sync and answers itself, as before the replier existed, and the requests that arrive
+    /// meanwhile make the next chunk larger (a client that writes one request at a time gets
+    /// its requests batched as before, with no extra thread hop). Every other request first
+    /// waits until the replier has answered all before it.
     fn serve_chunk(
         &self,
         lines: Vec<Line>,
@@ -346,7 +349,7 @@ impl<W: Write + Send> Server<'_, W> {
             }
             let answers = Answers {
                 replier: answers,
-                inline: idle && requests.peek().is_none(),
+                inline: idle && requests.peek().is_none() && run.len() <= INLINE_RUN_MAX,
             };
             match kind {
                 RunKind::Schedule => self.schedule_run(
