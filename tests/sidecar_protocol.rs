@@ -224,16 +224,22 @@ fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// An engine on the fault-injecting disk (seeded `seed`), its timers driven by nobody: the
+/// disk, the engine and its config.
+fn open_on_fault_disk(seed: u64) -> (timewheel_wal::testing::FaultDisk, Engine, Config) {
+    let disk = timewheel_wal::testing::FaultDisk::new(seed);
+    let config = common::config();
+    let clock = Arc::new(ManualClock::new(NOW_MS));
+    let engine = Engine::open_on(disk.storage(), config.clone(), clock).expect("open");
+    (disk, engine, config)
+}
+
 #[test]
 fn a_pipeline_is_appended_while_a_sync_is_held_and_answered_only_once_durable() {
     // The server appends the next run while the previous one waits for its sync, so one sync
     // carries both; no reply is written before its records are durable, and all come in
     // request order.
-    let disk = timewheel_wal::testing::FaultDisk::new(71);
-    let clock = ManualClock::new(NOW_MS);
-    let config = common::config();
-    let engine =
-        Engine::open_on(disk.storage(), config.clone(), Arc::new(clock.clone())).expect("open");
+    let (disk, engine, config) = open_on_fault_disk(71);
     let records_at_start = engine.log_stats().records;
     let (reader, mut writer) = std::io::pipe().expect("pipe");
     let out = SharedOut::default();
@@ -292,11 +298,7 @@ fn a_failed_sync_answers_each_pipelined_request_with_the_error_in_order() {
     // Schedules appended behind a sync that fails are answered with the error, each in its
     // place; a complete of a job this sidecar never delivered is not_found; none of the jobs
     // exists afterwards (nothing was acknowledged).
-    let disk = timewheel_wal::testing::FaultDisk::new(72);
-    let clock = ManualClock::new(NOW_MS);
-    let config = common::config();
-    let engine =
-        Engine::open_on(disk.storage(), config.clone(), Arc::new(clock.clone())).expect("open");
+    let (disk, engine, config) = open_on_fault_disk(72);
     disk.set_sync_failure(timewheel_wal::testing::SyncFailure::Always);
     let input = script(&[
         json!({"op":"schedule","req":1,"due_ms":NOW_MS - 1}),
