@@ -6,7 +6,9 @@
 //! - the *server* (the caller's thread) parses the requests of each chunk in order, handing
 //!   each run of consecutive schedules, completes, cancels, reschedules or fails to the engine
 //!   as one batch call. It appends a run of schedules or completes and goes on to the next
-//!   run without waiting for its sync;
+//!   run without waiting for its sync (a chunk's short last run, when the replier has
+//!   nothing to answer, it answers itself after the sync, as a client that sends one request
+//!   at a time needs);
 //! - the *replier* answers those runs in request order, each once its records are durable
 //!   (the sync it waits for carries every run appended meanwhile). The other requests wait
 //!   until the replier has answered everything before them, and are then served as before:
