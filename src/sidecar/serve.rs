@@ -443,7 +443,6 @@ impl<W: Write + Send> Server<'_, W> {
                 held,
                 done,
                 lsn,
-                finished,
             },
             // Nothing was appended: answered with the error, in order.
             Err(e) => Unanswered::Ready(finish_replies(
@@ -472,7 +471,7 @@ impl<W: Write + Send> Server<'_, W> {
     }
 
     /// Forgets finished claims, unless a redelivery replaced one meanwhile.
-    fn forget_claims(&self, finished: &[Claimed]) {
+    fn forget_claims<'c>(&self, finished: impl IntoIterator<Item = &'c Claimed>) {
         let mut claims = lock(&self.claims);
         for c in finished {
             if claims.get(&c.id).is_some_and(|h| h.attempt == c.attempt) {
@@ -581,11 +580,7 @@ impl<W: Write + Send> Server<'_, W> {
                 Err(Error::InvalidInput { .. }) => {}
                 // Not a matter of input, and nothing was appended: one answer for all.
                 Err(e) => {
-                    let reply = Reply::engine_error(&e);
-                    let mut lines = Vec::with_capacity(run.len() * 48);
-                    for (req, _) in &run {
-                        lines.extend_from_slice(&render_reply(req, &reply));
-                    }
+                    let lines = replies_alike(run.iter().map(|(req, _)| req), &e);
                     return self.settle(answers, Unanswered::Ready(lines));
                 }
             }
@@ -703,12 +698,7 @@ impl<W: Write + Send> Server<'_, W> {
                             lines.extend_from_slice(&render_reply(req, &Reply::Scheduled(id)));
                         }
                     }
-                    Err(e) => {
-                        let reply = Reply::engine_error(&e);
-                        for req in &reqs {
-                            lines.extend_from_slice(&render_reply(req, &reply));
-                        }
-                    }
+                    Err(e) => lines.extend_from_slice(&replies_alike(&reqs, &e)),
                 }
             }
             Unanswered::Completes {
@@ -716,14 +706,13 @@ impl<W: Write + Send> Server<'_, W> {
                 held,
                 done,
                 lsn,
-                finished,
             } => {
                 let result = match lsn {
                     Some(lsn) => self.engine.wait_acknowledged(lsn).map(|()| done),
                     None => Ok(done),
                 };
                 if result.is_ok() {
-                    self.forget_claims(&finished);
+                    self.forget_claims(held.iter().flatten());
                 }
                 let keys = keys.iter().map(|(req, id)| (req, *id));
                 lines.extend_from_slice(&finish_replies(keys, &held, &result));
@@ -978,16 +967,25 @@ enum Unanswered {
         pending: Pending,
     },
     /// A batch of completes in the log (`lsn`, when something was appended): answered once it
-    /// is acknowledged, as `finish_replies` says; the claims of `finished` are then let go.
+    /// is acknowledged, as `finish_replies` says; the claims in `held` are then let go.
     Completes {
         keys: Vec<(Value, JobId)>,
         held: Vec<Option<Claimed>>,
         done: Vec<bool>,
         lsn: Option<timewheel_wal::Lsn>,
-        finished: Vec<Claimed>,
     },
     /// Everything before it is answered: the replier says so.
     Mark(Sender<()>),
+}
+
+/// The same error reply to each of `reqs`, in order.
+fn replies_alike<'a>(reqs: impl IntoIterator<Item = &'a Value>, e: &Error) -> Vec<u8> {
+    let reply = Reply::engine_error(e);
+    let mut lines = Vec::new();
+    for req in reqs {
+        lines.extend_from_slice(&render_reply(req, &reply));
+    }
+    lines
 }
 
 fn replier_gone() -> io::Error {
