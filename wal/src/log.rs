@@ -1176,18 +1176,25 @@ impl<S: Storage> Shared<S> {
     }
 }
 
-/// The background preparer: first brings the pages of the segment being appended to into
-/// memory past its end (a fresh log's first segment, or the last one after an open: nothing
-/// prepared them), then makes the next segment's file whenever it is wanted and missing.
+/// The background preparer: first prepares the pages of the segment being appended to past
+/// its end (a fresh log's first segment, or the last one after an open: nothing prepared
+/// them; see [`StorageFile::prepare_in_use`]), then makes the next segment's file whenever it
+/// is wanted and missing.
 fn prepare_loop<S: Storage>(shared: &Shared<S>) {
     let (file, end) = {
         let log = lock(&shared.log);
         let current = log.current();
         (Arc::clone(&current.file), current.end)
     };
-    if let Err(e) = file.prefault_read(end) {
-        // Only a cost: the appender takes the faults itself.
-        tracing::debug!(error = %e, "WAL could not bring the current segment's pages in");
+    let stop = || lock(&shared.next).stop;
+    if let Err(e) = file.prepare_in_use(end, &stop) {
+        // Writing zeros back and syncing them reads the file's write-back error, which the
+        // kernel reports once per open file: a failure of a *record's* write-back could be
+        // the one seen here, and a commit's sync would then not see it. So nothing is
+        // acknowledged from now on.
+        shared.commit.poison();
+        tracing::error!(error = %e, "WAL could not prepare the segment in use; poisoned");
+        return;
     }
     drop(file);
     loop {

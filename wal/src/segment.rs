@@ -198,10 +198,10 @@ pub(crate) fn start_segment<F: StorageFile>(
 }
 
 /// Creates segment `id` from nothing (a fresh log): file, header synced, directory synced.
-/// Its pages are not prepared as a segment made ahead is ([`StorageFile::prefault`]): that
-/// writes the whole file, which would make a fresh log's first open wait for 64 MiB of zeros
-/// (108-140 ms measured; a client that times its first reply saw it). Its commits convert
-/// their blocks' extents as they go instead (one more write per sync, until the first roll).
+/// Its pages are not prepared here as a segment made ahead is ([`StorageFile::prefault`]):
+/// that writes the whole file, which would make a fresh log's first open wait for 64 MiB of
+/// zeros (108-140 ms measured; a client that times its first reply saw it). The preparing
+/// thread writes them instead, ahead of the appender ([`StorageFile::prepare_in_use`]).
 pub(crate) fn install_segment<S: Storage>(
     storage: &S,
     id: u64,

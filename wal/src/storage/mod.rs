@@ -126,6 +126,18 @@ pub trait StorageFile: Send + Sync + 'static {
         let _ = offset;
         Ok(())
     }
+
+    /// Prepares the pages from `offset` to the end of the file being appended to, while the
+    /// appender writes: [`StorageFile::prefault_read`], and first, on a file this storage
+    /// created with its blocks still unallocated on the medium (a fresh log's first segment),
+    /// zeros over those blocks as [`StorageFile::prefault`] writes them, page by page ahead of
+    /// the appender and never into a page it has written, so that the commits into the rest
+    /// of the file convert no extent. Returns early once `stop` says so (checked between
+    /// steps). The default is `prefault_read`.
+    fn prepare_in_use(&self, offset: u64, stop: &dyn Fn() -> bool) -> io::Result<()> {
+        let _ = stop;
+        self.prefault_read(offset)
+    }
 }
 
 /// Tries of the directory's lock before it is reported held (see [`try_lock_file`]).
