@@ -453,7 +453,7 @@ struct MappedFile {
     /// Set when this process created the file with `fallocate` (its blocks are *unwritten*:
     /// all zero, and the first write-back into each converts its extent) and no one has
     /// written zeros over them since ([`StorageFile::prefault`], or
-    /// [`StorageFile::prefault_read`] on the file in use).
+    /// [`StorageFile::prepare_in_use`] on the file in use).
     unwritten: AtomicBool,
     map: MmapRaw,
     /// Kept open so that the inode (and with it the registry key) stays alive as long as the
@@ -537,8 +537,16 @@ impl MmapFile {
         let len = f.len_bytes as usize;
         let zeros = [0u8; PAGE_ZERO_BYTES];
         let mut at = (offset as usize).next_multiple_of(4096).min(len);
-        // Zeros written and not yet written back: `piece_start .. at`.
+        // Zeros written and not yet written back: `piece_start .. at`. (Never an empty range:
+        // `sync_file_range` reads a length of 0 as "to the end of the file".)
         let mut piece_start = at;
+        let write_back = |from: usize, to: usize| {
+            if to > from {
+                write_back_and_wait(&f.file, from, to - from)
+            } else {
+                Ok(())
+            }
+        };
         while at < len {
             if stop() {
                 break;
@@ -548,7 +556,7 @@ impl MmapFile {
             if clear > at {
                 // The appender went past: what lies behind it is its own.
                 drop(copied_end);
-                write_back_and_wait(&f.file, piece_start, at - piece_start)?;
+                write_back(piece_start, at)?;
                 (at, piece_start) = (clear, clear);
                 continue;
             }
@@ -560,11 +568,11 @@ impl MmapFile {
             }
             drop(copied_end);
             if at - piece_start >= ZERO_PIECE_BYTES {
-                write_back_and_wait(&f.file, piece_start, at - piece_start)?;
+                write_back(piece_start, at)?;
                 piece_start = at;
             }
         }
-        write_back_and_wait(&f.file, piece_start, at - piece_start)?;
+        write_back(piece_start, at)?;
         // The converted extents: durable now, not in the next commit's sync.
         f.file.sync_data()
     }
