@@ -1181,6 +1181,8 @@ impl<S: Storage> Shared<S> {
 /// them; see [`StorageFile::prepare_in_use`]), then makes the next segment's file whenever it
 /// is wanted and missing.
 fn prepare_loop<S: Storage>(shared: &Shared<S>) {
+    // Its zeros wait for the commits' syncs at the device, not the other way round.
+    crate::storage::mmap::background_io_class();
     let (file, end) = {
         let log = lock(&shared.log);
         let current = log.current();

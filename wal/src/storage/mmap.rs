@@ -525,6 +525,31 @@ pub struct MmapFile {
     shared: Arc<MappedFile>,
 }
 
+/// Puts the calling thread's I/O in the idle class (`IOPRIO_CLASS_IDLE`): the device's
+/// scheduler serves it only when no other I/O is queued, so that the log's preparing thread
+/// (zeros for the next segment, 64 MiB at a time) does not delay the commits' syncs. Only a
+/// cost if refused (a scheduler without classes ignores it); logged at debug.
+pub(crate) fn background_io_class() {
+    #[cfg(target_os = "linux")]
+    {
+        const WHO_PROCESS: libc::c_long = 1;
+        const CLASS_IDLE: libc::c_long = 3;
+        const CLASS_SHIFT: libc::c_long = 13;
+        // SAFETY: ioprio_set reads and writes no user memory; `0` names the calling thread.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_ioprio_set,
+                WHO_PROCESS,
+                0,
+                CLASS_IDLE << CLASS_SHIFT,
+            )
+        };
+        if rc != 0 {
+            tracing::debug!(error = %io::Error::last_os_error(), "ioprio_set(IDLE) refused");
+        }
+    }
+}
+
 impl MmapFile {
     /// Writes zeros over the pages from `offset` to the end that no copy has touched, while
     /// the appender copies records into the pages before them: [`StorageFile::prefault`]'s
@@ -927,6 +952,43 @@ mod tests {
         drop(file);
         let found = storage.open("g").unwrap();
         assert!(!found.shared.unwritten.load(Ordering::Relaxed));
+    }
+
+    /// The log's preparing thread writes its zeros in the idle I/O class, where the device's
+    /// scheduler serves them after the commits' writes (see `background_io_class`).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_preparing_thread_does_its_io_in_the_idle_class() {
+        let dir = tempfile::tempdir().unwrap();
+        let (wal, _) = crate::Wal::open_dir(dir.path(), crate::WalOptions::default()).unwrap();
+        let class_of = |tid: libc::c_long| {
+            // SAFETY: ioprio_get reads no user memory.
+            let prio = unsafe { libc::syscall(libc::SYS_ioprio_get, 1 as libc::c_long, tid) };
+            prio >> 13
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let preparer = loop {
+            let found = fs::read_dir("/proc/self/task").unwrap().find_map(|task| {
+                let task = task.ok()?;
+                let comm = fs::read_to_string(task.path().join("comm")).ok()?;
+                (comm.trim() == "timewheel-wal-p")
+                    .then(|| task.file_name().to_str()?.parse::<libc::c_long>().ok())
+                    .flatten()
+            });
+            match found {
+                // The thread sets its class first thing; wait for it to have run.
+                Some(tid) if class_of(tid) == 3 || std::time::Instant::now() > deadline => {
+                    break tid;
+                }
+                _ => std::thread::sleep(Duration::from_millis(5)),
+            }
+        };
+        assert_eq!(class_of(preparer), 3, "the preparer's I/O class is IDLE");
+        // Everyone else keeps theirs.
+        // SAFETY: as above; 0 is the calling thread.
+        let own = unsafe { libc::syscall(libc::SYS_ioprio_get, 1 as libc::c_long, 0) };
+        assert_ne!(own >> 13, 3);
+        drop(wal);
     }
 
     #[test]
