@@ -94,6 +94,8 @@ pub struct Config {
     /// `RLIMIT_RTPRIO` of at least 1); otherwise the thread stays a normal one, and
     /// [`Stats::timer_realtime`](crate::Stats::timer_realtime) says which it got. The thread
     /// sleeps between deadlines and fires in bounded batches, so it cannot hold a CPU for long.
+    /// `timewheel serve` asks the same for its deliverer (the thread that claims fired jobs
+    /// and writes their events), which blocks on every claim's sync and every write.
     pub timer_realtime: bool,
     /// How often the compactor looks for sealed journal segments to fold into hour-bucket
     /// files (and then delete), in milliseconds; 0 turns the background compactor off

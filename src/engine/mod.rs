@@ -28,6 +28,8 @@ pub use recurring::ScheduleInfo;
 mod state;
 mod table;
 mod timer;
+#[cfg(feature = "sidecar")]
+pub(crate) use timer::raise_priority;
 mod worker;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -19,7 +19,7 @@ const BURST_PAUSE: Duration = Duration::from_micros(50);
 /// Runs until shutdown.
 pub(crate) fn run(shared: Arc<Shared>) {
     let max = shared.config.fires_per_advance_max;
-    let realtime = shared.config.timer_realtime && raise_priority();
+    let realtime = shared.config.timer_realtime && raise_priority("timer thread");
     shared.timer_realtime.store(realtime, Ordering::Relaxed);
     let mut state = shared.lock_state();
     loop {
@@ -68,7 +68,7 @@ pub(crate) fn run(shared: Arc<Shared>) {
 /// demo); a `SCHED_FIFO` thread preempts them at once. Priority 1 stays below every real-time
 /// thread the system itself runs.
 #[cfg(unix)]
-fn raise_priority() -> bool {
+pub(crate) fn raise_priority(thread: &str) -> bool {
     use thread_priority::{
         RealtimeThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
         set_thread_priority_and_policy, thread_native_id,
@@ -76,12 +76,12 @@ fn raise_priority() -> bool {
     let policy = ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::Fifo);
     match set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, policy) {
         Ok(()) => {
-            tracing::debug!("timer thread: real-time priority (SCHED_FIFO 1)");
+            tracing::debug!("{thread}: real-time priority (SCHED_FIFO 1)");
             true
         }
         Err(e) => {
             tracing::info!(
-                "timer thread: real-time priority refused ({e:?}); it runs as a normal thread"
+                "{thread}: real-time priority refused ({e:?}); it runs as a normal thread"
             );
             false
         }
@@ -89,6 +89,6 @@ fn raise_priority() -> bool {
 }
 
 #[cfg(not(unix))]
-fn raise_priority() -> bool {
+pub(crate) fn raise_priority(_thread: &str) -> bool {
     false
 }

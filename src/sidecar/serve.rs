@@ -125,6 +125,7 @@ where
 {
     let (chunk_tx, chunk_rx) = bounded(CHUNKS_AHEAD_MAX);
     let line_bytes_max = options.line_bytes_max;
+    let realtime = config.timer_realtime;
     std::thread::Builder::new()
         .name("timewheel-sidecar-in".into())
         .spawn(move || read_chunks(LineReader::new(input, line_bytes_max), &chunk_tx))?;
@@ -165,8 +166,15 @@ where
             })
             .transpose()?;
         let deliverer = std::thread::Builder::new()
-            .name("timewheel-sidecar-out".into())
+            .name("timewheel-out".into())
             .spawn_scoped(scope, move || {
+                // The fired job's path to the client goes on here after the timer thread: at
+                // the same priority, so that it is not kept waiting for a CPU either (a
+                // normal thread woken on this project's 2-vCPU machine waited up to a 4 ms
+                // tick; docs/benchmarks.md). It blocks on every claim's sync and every write.
+                if realtime {
+                    crate::engine::raise_priority("sidecar deliverer");
+                }
                 server.deliver(&quit_rx, &fatal_tx, completer_tx.as_ref());
             })?;
         let mut outcome = server.run(&chunk_rx, &stop, &fatal_rx, &answer_tx);
