@@ -95,7 +95,8 @@ pub struct Config {
     /// [`Stats::timer_realtime`](crate::Stats::timer_realtime) says which it got. The thread
     /// sleeps between deadlines and fires in bounded batches, so it cannot hold a CPU for long.
     /// `timewheel serve` asks the same for its deliverer (the thread that claims fired jobs
-    /// and writes their events), which blocks on every claim's sync and every write.
+    /// and writes their events): it waits whenever nothing has fired and whenever the client
+    /// is behind (a full pipe), and otherwise does only what a fired job needs.
     pub timer_realtime: bool,
     /// How often the compactor looks for sealed journal segments to fold into hour-bucket
     /// files (and then delete), in milliseconds; 0 turns the background compactor off

@@ -171,7 +171,9 @@ where
                 // The fired job's path to the client goes on here after the timer thread: at
                 // the same priority, so that it is not kept waiting for a CPU either (a
                 // normal thread woken on this project's 2-vCPU machine waited up to a 4 ms
-                // tick; docs/benchmarks.md). It blocks on every claim's sync and every write.
+                // tick; docs/benchmarks.md). It waits whenever nothing has fired and whenever
+                // the client is behind (a full pipe); the kernel's real-time throttling bounds
+                // the rest.
                 if realtime {
                     crate::engine::raise_priority("sidecar deliverer");
                 }
