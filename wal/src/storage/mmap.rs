@@ -134,6 +134,10 @@ const ZERO_HOLD_BYTES: usize = 16 << 10;
 /// nothing.
 #[cfg(target_os = "linux")]
 fn write_back_and_wait(file: &File, start: usize, len: usize) -> io::Result<()> {
+    // `sync_file_range` reads a length of 0 as "to the end of the file".
+    if len == 0 {
+        return Ok(());
+    }
     // SAFETY: `sync_file_range` reads no user memory; it takes the descriptor of an open file
     // that `file` keeps alive, and a range inside that file.
     let rc = unsafe {
@@ -155,6 +159,18 @@ fn write_back_and_wait(file: &File, start: usize, len: usize) -> io::Result<()> 
 
 #[cfg(not(target_os = "linux"))]
 fn write_back_and_wait(_file: &File, _start: usize, _len: usize) -> io::Result<()> {
+    Ok(())
+}
+
+/// Writes zeros over `from..to` of `file`, one page per `pwrite` (see "Page-sized folios").
+fn write_zero_pages(file: &File, from: usize, to: usize) -> io::Result<()> {
+    let zeros = [0u8; PAGE_ZERO_BYTES];
+    let mut at = from;
+    while at < to {
+        let n = PAGE_ZERO_BYTES.min(to - at);
+        file.write_all_at(&zeros[..n], at as u64)?;
+        at += n;
+    }
     Ok(())
 }
 
@@ -560,18 +576,9 @@ impl MmapFile {
     fn zero_ahead_of_copies(&self, offset: u64, stop: &dyn Fn() -> bool) -> io::Result<()> {
         let f = &*self.shared;
         let len = f.len_bytes as usize;
-        let zeros = [0u8; PAGE_ZERO_BYTES];
         let mut at = (offset as usize).next_multiple_of(4096).min(len);
-        // Zeros written and not yet written back: `piece_start .. at`. (Never an empty range:
-        // `sync_file_range` reads a length of 0 as "to the end of the file".)
+        // Zeros written and not yet written back: `piece_start .. at`.
         let mut piece_start = at;
-        let write_back = |from: usize, to: usize| {
-            if to > from {
-                write_back_and_wait(&f.file, from, to - from)
-            } else {
-                Ok(())
-            }
-        };
         while at < len {
             if stop() {
                 break;
@@ -581,23 +588,20 @@ impl MmapFile {
             if clear > at {
                 // The appender went past: what lies behind it is its own.
                 drop(copied_end);
-                write_back(piece_start, at)?;
+                write_back_and_wait(&f.file, piece_start, at - piece_start)?;
                 (at, piece_start) = (clear, clear);
                 continue;
             }
             let hold_end = (at + ZERO_HOLD_BYTES).min(len);
-            while at < hold_end {
-                let n = PAGE_ZERO_BYTES.min(hold_end - at);
-                f.file.write_all_at(&zeros[..n], at as u64)?;
-                at += n;
-            }
+            write_zero_pages(&f.file, at, hold_end)?;
+            at = hold_end;
             drop(copied_end);
             if at - piece_start >= ZERO_PIECE_BYTES {
-                write_back(piece_start, at)?;
+                write_back_and_wait(&f.file, piece_start, at - piece_start)?;
                 piece_start = at;
             }
         }
-        write_back(piece_start, at)?;
+        write_back_and_wait(&f.file, piece_start, at - piece_start)?;
         // The converted extents: durable now, not in the next commit's sync.
         f.file.sync_data()
     }
@@ -744,17 +748,12 @@ impl StorageFile for MmapFile {
         // commit's sync. (Written at once, the 64 MiB went to the device as one burst of
         // write-back, and the commits of the segment in use waited behind it: tenant 2's p99
         // in the fairness workload went from 20-30 ms to 50-230 ms.)
-        let zeros = [0u8; PAGE_ZERO_BYTES];
         let mut offset = 0usize;
         while offset < len {
             let piece_end = (offset + ZERO_PIECE_BYTES).min(len);
-            let piece_start = offset;
-            while offset < piece_end {
-                let n = PAGE_ZERO_BYTES.min(piece_end - offset);
-                f.file.write_all_at(&zeros[..n], offset as u64)?;
-                offset += n;
-            }
-            write_back_and_wait(&f.file, piece_start, piece_end - piece_start)?;
+            write_zero_pages(&f.file, offset, piece_end)?;
+            write_back_and_wait(&f.file, offset, piece_end - offset)?;
+            offset = piece_end;
         }
         f.file.sync_data()?;
         // Then map every page for reading: the pages are in the cache, so each first write
