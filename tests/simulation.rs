@@ -168,6 +168,11 @@ struct Totals {
     /// fairness on.
     recurring_seeds: u64,
     fair_seeds: u64,
+    /// The wrapping sum of every passing seed's trace hash: the same seeds give the same
+    /// digest whatever the threads' order, so two builds that print the same digest behaved
+    /// alike on every step the trace records (the check that a change which should not alter
+    /// behaviour, such as a capacity hint, did not).
+    trace_digest: u64,
     failures: Vec<String>,
 }
 
@@ -181,6 +186,7 @@ impl Totals {
                     End::CorruptionReported => self.corruption_reported += 1,
                 }
                 self.ops += rep.ops;
+                self.trace_digest = self.trace_digest.wrapping_add(rep.trace_hash);
                 self.crashes += rep.crashes;
                 self.failed_opens += rep.failed_opens;
                 self.jobs += rep.jobs;
@@ -274,7 +280,8 @@ fn seeds() {
     eprintln!(
         "simulation: seeds {start}..{} ({} seeds, {threads} threads): {} completed, {} ended by \
          reported corruption, {} failed; \
-         {} ops, {} crashes, {} failed opens, {} jobs; {:.1} s, {:.1} seeds/s",
+         {} ops, {} crashes, {} failed opens, {} jobs; trace digest {:016x}; {:.1} s, {:.1} \
+         seeds/s",
         start + count,
         t.seeds,
         t.completed,
@@ -284,6 +291,7 @@ fn seeds() {
         t.crashes,
         t.failed_opens,
         t.jobs,
+        t.trace_digest,
         secs,
         t.seeds as f64 / secs.max(1e-9),
     );
