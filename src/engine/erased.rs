@@ -83,8 +83,13 @@ impl StorageFile for ErasedFile {
     fn prefault_read(&self, offset: u64) -> io::Result<()> {
         self.0.prefault_read(offset)
     }
-    fn prepare_in_use(&self, offset: u64, stop: &dyn Fn() -> bool) -> io::Result<()> {
-        self.0.prepare_in_use(offset, stop)
+    fn prepare_in_use(
+        &self,
+        offset: u64,
+        ahead: u64,
+        stop: &dyn Fn() -> bool,
+    ) -> io::Result<Option<u64>> {
+        self.0.prepare_in_use(offset, ahead, stop)
     }
     fn read_durable(&self, offset: u64, buf: &mut [u8]) -> io::Result<bool> {
         self.0.read_durable(offset, buf)

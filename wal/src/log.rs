@@ -1176,33 +1176,77 @@ impl<S: Storage> Shared<S> {
     }
 }
 
-/// The background preparer: first prepares the pages of the segment being appended to past
-/// its end (a fresh log's first segment, or the last one after an open: nothing prepared
-/// them; see [`StorageFile::prepare_in_use`]), then makes the next segment's file whenever it
-/// is wanted and missing.
+/// How far past the appender the preparer writes the zeros of the segment in use (see
+/// [`StorageFile::prepare_in_use`]): more than the appends of one
+/// [`IN_USE_POLL_MAX`] at the rates the log takes in a burst after a quiet spell (a
+/// commit into pages the zeros have not reached yet only converts its extent, slower).
+const IN_USE_ZEROS_AHEAD: u64 = 16 << 20;
+/// The preparer looks at the appender's progress this often while it moves...
+const IN_USE_POLL_MIN: Duration = Duration::from_millis(10);
+/// ...and backs off to this while it does not (an idle log wakes it once a second).
+const IN_USE_POLL_MAX: Duration = Duration::from_secs(1);
+
+/// The background preparer: prepares the pages of the segment being appended to past its
+/// end (a fresh log's first segment, or the last one after an open: nothing prepared them;
+/// see [`StorageFile::prepare_in_use`]), a reach ahead of the appender and again as it moves,
+/// until that segment is prepared or rolled past; and makes the next segment's file whenever
+/// it is wanted and missing.
 fn prepare_loop<S: Storage>(shared: &Shared<S>) {
     // Its zeros wait for the commits' syncs at the device, not the other way round.
     crate::storage::mmap::background_io_class();
-    let (file, end) = {
+    // The segment in use (its file, id, and where its preparation goes on from), until done.
+    let mut in_use = {
         let log = lock(&shared.log);
         let current = log.current();
-        (Arc::clone(&current.file), current.end)
+        Some((Arc::clone(&current.file), current.id, current.end))
     };
+    let mut poll = IN_USE_POLL_MIN;
     let stop = || lock(&shared.next).stop;
-    if let Err(e) = file.prepare_in_use(end, &stop) {
-        // Writing zeros back and syncing them reads the file's write-back error, which the
-        // kernel reports once per open file: a failure of a *record's* write-back could be
-        // the one seen here, and a commit's sync would then not see it. So nothing is
-        // acknowledged from now on.
-        shared.commit.poison();
-        tracing::error!(error = %e, "WAL could not prepare the segment in use; poisoned");
-        return;
-    }
-    drop(file);
     loop {
+        if let Some((file, id, from)) = in_use.take() {
+            match file.prepare_in_use(from, IN_USE_ZEROS_AHEAD, &stop) {
+                Ok(Some(at)) => {
+                    poll = if at > from {
+                        IN_USE_POLL_MIN
+                    } else {
+                        (poll * 2).min(IN_USE_POLL_MAX)
+                    };
+                    in_use = Some((file, id, at));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    // Writing zeros back and syncing them reads the file's write-back error,
+                    // which the kernel reports once per open file: a failure of a *record's*
+                    // write-back could be the one seen here, and a commit's sync would then
+                    // not see it. So nothing is acknowledged from now on.
+                    shared.commit.poison();
+                    tracing::error!(
+                        error = %e,
+                        "WAL could not prepare the segment in use; poisoned"
+                    );
+                    return;
+                }
+            }
+        }
         {
             let mut next = lock(&shared.next);
+            // Rolled past (the roll wants the segment after the new one): the rest of that
+            // file is never written.
+            if in_use
+                .as_ref()
+                .is_some_and(|(_, id, _)| next.want != id + 1)
+            {
+                in_use = None;
+            }
             while !next.stop && (next.busy || next.failed || next.ready.contains_key(&next.want)) {
+                if in_use.is_some() {
+                    next = shared
+                        .next_changed
+                        .wait_timeout(next, poll)
+                        .expect("a WAL thread panicked")
+                        .0;
+                    break;
+                }
                 next = shared
                     .next_changed
                     .wait(next)

@@ -132,11 +132,20 @@ pub trait StorageFile: Send + Sync + 'static {
     /// created with its blocks still unallocated on the medium (a fresh log's first segment),
     /// zeros over those blocks as [`StorageFile::prefault`] writes them, page by page ahead of
     /// the appender and never into a page it has written, so that the commits into the rest
-    /// of the file convert no extent. Returns early once `stop` says so (checked between
-    /// steps). The default is `prefault_read`.
-    fn prepare_in_use(&self, offset: u64, stop: &dyn Fn() -> bool) -> io::Result<()> {
-        let _ = stop;
-        self.prefault_read(offset)
+    /// of the file convert no extent. The zeros go at most `ahead` bytes past the highest
+    /// byte the appender has written: then it returns `Ok(Some(at))`, the offset to call it
+    /// again from once the appender has moved on (a log that appends little writes few
+    /// zeros). `Ok(None)` once the file is prepared to its end, or when `stop` says so
+    /// (checked between steps). The default is `prefault_read`, then `Ok(None)`.
+    fn prepare_in_use(
+        &self,
+        offset: u64,
+        ahead: u64,
+        stop: &dyn Fn() -> bool,
+    ) -> io::Result<Option<u64>> {
+        let _ = (ahead, stop);
+        self.prefault_read(offset)?;
+        Ok(None)
     }
 }
 
