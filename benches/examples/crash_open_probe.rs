@@ -3,7 +3,8 @@
 //! a child process (this example again) schedules JOBS durable jobs in batches of 10,000, as the
 //! demo's crash child does, says so, and is killed with SIGKILL; then the parent opens the
 //! directory and prints the open's wall time, the WAL recovery's part of it, and the records
-//! replayed per second. `child DIR JOBS` is the child alone; `open DIR` times one open of DIR;
+//! replayed per second. `child DIR JOBS [DUE_IN_MS]` is the child alone (its jobs due in an
+//! hour, or in DUE_IN_MS: the demo's are due in a second, so its reopen finds them all missed); `open DIR` times one open of DIR;
 //! `inproc [JOBS] [ROUNDS]` schedules, abandons and opens in one process, as the harness's
 //! recovery workload does (default 10M jobs, 3 rounds).
 
@@ -12,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use timewheel::{Config, Engine, JobSpec};
 
-fn child(dir: &str, jobs: u64) {
+fn child(dir: &str, jobs: u64, due_in_ms: u64) {
     let engine = Engine::open(Config::new(dir)).expect("open");
-    let due = timewheel::Clock::now_ms(&timewheel::SystemClock) + 3_600_000;
+    let due = timewheel::Clock::now_ms(&timewheel::SystemClock) + due_in_ms;
     let mut k = 0;
     while k < jobs {
         let m = 10_000.min(jobs - k);
@@ -69,7 +70,10 @@ fn inproc(jobs: u64, rounds: u32) {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("child") {
-        child(&args[1], args[2].parse().expect("JOBS"));
+        let due_in_ms = args
+            .get(3)
+            .map_or(3_600_000, |a| a.parse().expect("DUE_IN_MS"));
+        child(&args[1], args[2].parse().expect("JOBS"), due_in_ms);
         return;
     }
     if args.first().map(String::as_str) == Some("inproc") {

@@ -287,6 +287,9 @@ impl Engine {
         if writes {
             shared.opened()?;
         }
+        // The log's background work waited for replay (the open's `Opened` record started it
+        // already, if the engine writes).
+        shared.wal.release_background();
         let weak = Arc::downgrade(&shared);
         shared.clock.on_advance(Arc::new(move || {
             let Some(s) = weak.upgrade() else {

@@ -54,6 +54,11 @@ const READ_AHEAD_RECORDS: usize = 4096;
 const READ_AHEAD_BYTES: usize = 1 << 20;
 /// Batches read and not yet replayed, at most.
 const READ_AHEAD_BATCHES: usize = 4;
+/// Batches an open's scan may hand over ahead of replay, at most: enough for the scan of a
+/// segment to finish first, so that the checks that end it (the tail read back from the
+/// medium: milliseconds of direct reads) overlap the replay instead of following it (about
+/// 130k records, at most some 35 MiB in flight).
+const FOLLOW_AHEAD_BATCHES: usize = 32;
 
 /// Records read from the journal on a second thread, ready for replay: bodies back to back.
 #[derive(Default)]
@@ -226,9 +231,9 @@ pub(super) fn open<S: Storage>(
             },
         )?,
         Some(replay) => std::thread::scope(|scope| -> Result<_> {
-            let (full_tx, full_rx) = crossbeam_channel::bounded::<ReadBatch>(READ_AHEAD_BATCHES);
+            let (full_tx, full_rx) = crossbeam_channel::bounded::<ReadBatch>(FOLLOW_AHEAD_BATCHES);
             let (empty_tx, empty_rx) =
-                crossbeam_channel::bounded::<ReadBatch>(READ_AHEAD_BATCHES + 1);
+                crossbeam_channel::bounded::<ReadBatch>(FOLLOW_AHEAD_BATCHES + 1);
             let state = &mut state;
             let consumer = std::thread::Builder::new()
                 .name("timewheel-replay".into())

@@ -78,6 +78,13 @@ struct Shared<S: Storage> {
     zero_proof: ZeroProof<S::File>,
     /// What [`Wal::stats`] reports.
     figures: Figures,
+    /// The background threads (preparer, checker) wait while this is set: an open with a
+    /// follower holds them until the first write or [`Wal::release_background`], so that
+    /// they do not take the CPU (and the address space's lock, mapping and populating) from
+    /// the follower still rebuilding its state. `released` is the lock-free fast path.
+    held: Mutex<bool>,
+    held_changed: Condvar,
+    released: std::sync::atomic::AtomicBool,
 }
 
 /// Upper bounds, in seconds, of the buckets of [`WalStats::sync_seconds_buckets`] (the last
@@ -245,6 +252,11 @@ impl<S: Storage> Wal<S> {
     /// applies them meanwhile, on another thread if it likes, instead of reading the log
     /// again once the open is done; it reads on with [`Wal::iter_from`] after the last one
     /// it was handed.
+    ///
+    /// The log's background work on real files (making the next segment, preparing the one
+    /// in use, proving the unused bytes of the files found zero) waits until the first write
+    /// or [`Wal::release_background`], whichever comes first, so that the follower, which may
+    /// still be applying what it was handed when this returns, has the CPU meanwhile.
     pub fn open_following(
         storage: S,
         opts: WalOptions,
@@ -262,10 +274,13 @@ impl<S: Storage> Wal<S> {
         if !storage.try_lock()? {
             return Err(Error::Locked);
         }
+        let following = follow.is_some();
         let (segments, next_file, report) = recover(&storage, &opts, follow)?;
         let last_lsn = segments.last().expect("recovery leaves a segment").last_lsn;
         let last_id = segments.last().expect("recovery leaves a segment").id;
         let background = storage.prepare_in_background();
+        // A follower may still be applying what it was handed: the background work waits.
+        let hold = following && background;
         let current = segments.last().expect("recovery leaves a segment");
         let zero_proof = ZeroProof::new(
             zero::Found {
@@ -316,6 +331,9 @@ impl<S: Storage> Wal<S> {
             zero_proof,
             figures: Figures::default(),
             opts,
+            held: Mutex::new(hold),
+            held_changed: Condvar::new(),
+            released: std::sync::atomic::AtomicBool::new(!hold),
         });
         let preparer = if background {
             let shared = Arc::clone(&shared);
@@ -611,12 +629,20 @@ impl<S: Storage> Wal<S> {
         self.stop_background();
     }
 
+    /// Lets the background work an open with a follower held start now (see
+    /// [`Wal::open_following`]); nothing if it runs already.
+    pub fn release_background(&self) {
+        self.shared.release_background();
+    }
+
     /// [`Wal::shutdown`], then releases the directory lock (by dropping the storage).
     pub fn close(self) -> Result<(), Error> {
         self.shutdown()
     }
 
     fn stop_background(&self) {
+        // Threads still held start, and see the stops below as the others do.
+        self.shared.release_background();
         *lock(&self.shared.stop) = true;
         self.shared.stop_changed.notify_all();
         if let Some(handle) = lock(&self.background).take() {
@@ -902,8 +928,32 @@ impl<S: Storage> Shared<S> {
     /// Makes sure segment `id` is proven zero up to `bound` before a block names it (see
     /// `zero.rs`); a failed proof poisons the log.
     fn prove_zero_to(&self, id: u64, bound: u64) -> Result<(), Error> {
+        // A seal may wait for the checker.
+        self.release_background();
         let proven = self.zero_proof.prove_to(id, bound, &zero_stray);
         self.proof_outcome(id, proven)
+    }
+
+    /// Lets the background threads start (see `held`); at once if they are not held.
+    fn release_background(&self) {
+        use std::sync::atomic::Ordering;
+        if self.released.load(Ordering::Acquire) {
+            return;
+        }
+        *lock(&self.held) = false;
+        self.released.store(true, Ordering::Release);
+        self.held_changed.notify_all();
+    }
+
+    /// Waits until the background threads may start (see `held`).
+    fn wait_released(&self) {
+        if self.released.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        let mut held = lock(&self.held);
+        while *held {
+            held = self.held_changed.wait(held).expect("a WAL thread panicked");
+        }
     }
 
     /// Logs what a proof found, and poisons the log if it failed.
@@ -1151,6 +1201,8 @@ impl<S: Storage> Shared<S> {
         let reach = self.opts.write_reach();
         let file = Arc::new(file);
         let header_bound = write_bound_after(FIRST_BLOCK_OFFSET, reach, file.len_bytes());
+        // The roll's proof may wait for the checker.
+        self.release_background();
         let proven = self.proof_outcome(
             id,
             self.zero_proof
@@ -1194,6 +1246,7 @@ const IN_USE_POLL_MAX: Duration = Duration::from_secs(1);
 fn prepare_loop<S: Storage>(shared: &Shared<S>) {
     // Its zeros wait for the commits' syncs at the device, not the other way round.
     crate::storage::mmap::background_io_class();
+    shared.wait_released();
     // The segment in use (its file, id, and where its preparation goes on from), until done.
     let mut in_use = {
         let log = lock(&shared.log);
@@ -1265,6 +1318,7 @@ fn prepare_loop<S: Storage>(shared: &Shared<S>) {
 /// The checker (see `zero.rs`): proves the files found at open zero, a step at a time with no
 /// lock held. Ends when nothing is left to prove, at `stop`, or after an error.
 fn check_loop<S: Storage>(shared: &Shared<S>) {
+    shared.wait_released();
     while let Some((id, file, from, to)) = shared.zero_proof.next_step() {
         let proven = shared
             .zero_proof

@@ -56,7 +56,7 @@ use crate::segment::{
 use crate::storage::{Storage, StorageFile};
 
 /// Bytes read per call while scanning.
-pub(crate) const SCAN_CHUNK_BYTES: usize = 4 << 20;
+pub(crate) const SCAN_CHUNK_BYTES: usize = 1 << 20;
 /// Bytes read per call by the zero checks: small enough to stay in the CPU's cache between the
 /// copy out of the page cache and the check.
 const ZERO_CHECK_CHUNK_BYTES: usize = 256 << 10;
