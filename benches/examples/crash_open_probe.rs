@@ -4,8 +4,8 @@
 //! demo's crash child does, says so, and is killed with SIGKILL; then the parent opens the
 //! directory and prints the open's wall time, the WAL recovery's part of it, and the records
 //! replayed per second. `child DIR JOBS [DUE_IN_MS]` is the child alone (its jobs due in an
-//! hour, or in DUE_IN_MS: the demo's are due in a second, so its reopen finds them all missed); `open DIR` times one open of DIR;
-//! `inproc [JOBS] [ROUNDS]` schedules, abandons and opens in one process, as the harness's
+//! hour, or in DUE_IN_MS: the demo's are due in a second, so its reopen finds them all
+//! missed); `open DIR` times one open of DIR; `inproc [JOBS] [ROUNDS]` schedules, abandons and opens in one process, as the harness's
 //! recovery workload does (default 10M jobs, 3 rounds).
 
 use std::io::BufRead;

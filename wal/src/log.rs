@@ -78,13 +78,13 @@ struct Shared<S: Storage> {
     zero_proof: ZeroProof<S::File>,
     /// What [`Wal::stats`] reports.
     figures: Figures,
-    /// The background threads (preparer, checker) wait while this is set: an open with a
+    /// The background threads (preparer, checker) wait until this is set: an open with a
     /// follower holds them until the first write or [`Wal::release_background`], so that
     /// they do not take the CPU (and the address space's lock, mapping and populating) from
-    /// the follower still rebuilding its state. `released` is the lock-free fast path.
-    held: Mutex<bool>,
-    held_changed: Condvar,
+    /// the follower still rebuilding its state. Set under `held`, which the waiters wait on.
     released: std::sync::atomic::AtomicBool,
+    held: Mutex<()>,
+    held_changed: Condvar,
 }
 
 /// Upper bounds, in seconds, of the buckets of [`WalStats::sync_seconds_buckets`] (the last
@@ -331,9 +331,9 @@ impl<S: Storage> Wal<S> {
             zero_proof,
             figures: Figures::default(),
             opts,
-            held: Mutex::new(hold),
-            held_changed: Condvar::new(),
             released: std::sync::atomic::AtomicBool::new(!hold),
+            held: Mutex::new(()),
+            held_changed: Condvar::new(),
         });
         let preparer = if background {
             let shared = Arc::clone(&shared);
@@ -934,24 +934,21 @@ impl<S: Storage> Shared<S> {
         self.proof_outcome(id, proven)
     }
 
-    /// Lets the background threads start (see `held`); at once if they are not held.
+    /// Lets the background threads start (see `released`); nothing if they run already.
     fn release_background(&self) {
         use std::sync::atomic::Ordering;
         if self.released.load(Ordering::Acquire) {
             return;
         }
-        *lock(&self.held) = false;
+        let _held = lock(&self.held);
         self.released.store(true, Ordering::Release);
         self.held_changed.notify_all();
     }
 
-    /// Waits until the background threads may start (see `held`).
+    /// Waits until the background threads may start (see `released`).
     fn wait_released(&self) {
-        if self.released.load(std::sync::atomic::Ordering::Acquire) {
-            return;
-        }
         let mut held = lock(&self.held);
-        while *held {
+        while !self.released.load(std::sync::atomic::Ordering::Acquire) {
             held = self.held_changed.wait(held).expect("a WAL thread panicked");
         }
     }
