@@ -111,7 +111,8 @@ pub struct Config {
     pub compact_segments_max: usize,
     /// A bucket with more run files than this is merged into one by the next pass that
     /// touches it (fewer files to read at a load; more bytes rewritten per pass). A bucket is
-    /// merged sooner when the runs stacked on its oldest hold as many bytes as that one does.
+    /// merged sooner when the runs stacked on its oldest hold as many bytes as that one does,
+    /// or when its runs hold more than 1.5 times what its live jobs need.
     pub bucket_runs_max: usize,
     /// How far ahead the engine keeps jobs in memory, in milliseconds. A job due later costs
     /// no memory once compaction has folded it into its hour bucket's files: the engine keeps

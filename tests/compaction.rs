@@ -311,3 +311,68 @@ fn a_full_disk_gives_up_the_ballast_so_compaction_can_free_space() {
         "the ballast is made again once there is room"
     );
 }
+
+/// Schedules and cancels throwaway jobs, compacting after each, until the buckets hold
+/// `jobs` jobs: the records before them are then in sealed segments, folded.
+fn fold_until(engine: &Engine, jobs: u64) -> timewheel::StoreStats {
+    for _ in 0..5_000 {
+        let id = engine
+            .schedule(JobSpec::at(T0).payload(vec![0; 200]))
+            .unwrap();
+        assert!(engine.cancel(id).unwrap().is_done());
+        compact_all(engine);
+        let s = engine.store_stats();
+        if s.bucket_jobs == jobs {
+            return s;
+        }
+    }
+    panic!(
+        "the buckets never held {jobs} jobs: {:?}",
+        engine.store_stats()
+    );
+}
+
+/// A bucket whose jobs are mostly finished is rewritten to the jobs left, not kept (and
+/// loaded at every open) whole with the finishes stacked on it: the deletes are a few bytes
+/// each, so the runs' sizes alone would never call for a merge.
+#[test]
+fn a_mostly_finished_bucket_is_rewritten_to_its_live_jobs() {
+    let disk = FaultDisk::new(12);
+    let clock = ManualClock::new(T0);
+    let mut config = small_segments();
+    config.bucket_runs_max = 16;
+    // The bucket within the horizon: the reopen loads it.
+    config.horizon_ms = 10 * HOUR;
+    let engine = Engine::open_on(disk.storage(), config.clone(), Arc::new(clock.clone())).unwrap();
+    let due = T0 + 5 * HOUR;
+    let ids = engine
+        .schedule_batch((0..2_000u64).map(|i| JobSpec::at(due + i).payload([7u8; 32])))
+        .unwrap();
+    let full = fold_until(&engine, 2_000);
+    assert_eq!(full.buckets, 1, "{full:?}");
+
+    let (keep, finish) = ids.split_at(20);
+    engine.cancel_batch(finish).unwrap();
+    let before = view(&engine, &ids);
+    assert_eq!(before.len(), keep.len());
+    let s = fold_until(&engine, keep.len() as u64);
+    assert_eq!(
+        (s.buckets, s.bucket_files),
+        (1, 1),
+        "the finishes are merged away, not stacked: {s:?}"
+    );
+    // What is left is the live jobs' bytes, within the merge rule's factor.
+    let per_job = full.bucket_bytes / 2_000;
+    assert!(
+        s.bucket_bytes * 2 <= 3 * per_job * keep.len() as u64 + 2 * per_job,
+        "{} bytes for {} jobs of about {per_job} bytes: {s:?}",
+        s.bucket_bytes,
+        keep.len()
+    );
+    assert_eq!(view(&engine, &ids), before);
+    engine.close().unwrap();
+
+    let engine = Engine::open_on(disk.storage(), config, Arc::new(clock.clone())).unwrap();
+    assert_eq!(view(&engine, &ids), before, "reopened from the merged run");
+    assert_eq!(engine.recovery().bucket_jobs, keep.len() as u64);
+}

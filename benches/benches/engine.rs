@@ -19,6 +19,7 @@ fn main() {
         "resident",
         "compaction",
         "horizon",
+        "churn",
         "listing",
     ]);
 }

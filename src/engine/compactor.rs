@@ -228,7 +228,7 @@ impl Shared {
             let entry = &store.manifest.buckets[&bucket];
             let jobs = crate::store::load_bucket(self.wal.storage(), bucket, entry)
                 .inspect_err(|e| note_damage(&mut store.damage, e))?;
-            let jobs: Vec<_> = jobs.into_values().collect();
+            let jobs = jobs.into_due_order();
             let mut loaded = 0;
             for chunk in jobs.chunks(super::worker::LOCK_HOLD_ITEMS_MAX) {
                 let mut state = self.lock_state();

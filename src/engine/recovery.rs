@@ -15,7 +15,7 @@
 //!   gets it;
 //! - cancelled, completed and failed jobs are gone and never fire again.
 
-use std::collections::{BTreeMap, HashMap, hash_map};
+use std::collections::{HashMap, hash_map};
 use std::time::Instant;
 
 use crossbeam_channel::Receiver;
@@ -29,7 +29,8 @@ use crate::error::{Error, Result};
 use crate::job::JobId;
 use crate::record::{Event, ScheduleRecord, TYPE_CANCEL, TYPE_COMPLETE, TYPE_SCHEDULE};
 use crate::stats::RecoveryStats;
-use crate::store::{self, bucket::StoredJob, manifest::BucketEntry, manifest::Manifest};
+use crate::store::loaded::BucketJobs;
+use crate::store::{self, manifest::BucketEntry, manifest::Manifest};
 
 /// Jobs the table is sized for up front, at most (from a manifest's count, or the journal's
 /// schedules less its cancels and completions).
@@ -333,7 +334,7 @@ fn journal_jobs(report: &RecoveryReport) -> u64 {
 }
 
 /// Reads the jobs of a bucket file (the bucket, its manifest entry).
-type ReadFar<'s> = dyn Fn(u64, &BucketEntry) -> Result<BTreeMap<JobId, StoredJob>> + 's;
+type ReadFar<'s> = dyn Fn(u64, &BucketEntry) -> Result<BucketJobs> + 's;
 
 /// The open's records applied on the open's own thread, as it hands them over.
 struct Inline<'r, 'm> {
@@ -391,7 +392,7 @@ struct Replay<'m> {
     far_from: u64,
     locator: store::Locator,
     /// Far buckets a replayed record needed, read once each.
-    far_read: HashMap<u64, BTreeMap<JobId, StoredJob>>,
+    far_read: HashMap<u64, BucketJobs>,
     ids: IdLedger,
     /// The next LSN to apply: every record before it is applied (or covered by the buckets).
     next: Lsn,
@@ -577,7 +578,7 @@ impl<'m> Replay<'m> {
                     e.insert(read_far(bucket, &self.manifest.buckets[&bucket])?)
                 }
             };
-            if let Some(job) = jobs.remove(&id) {
+            if let Some(job) = jobs.take(id) {
                 state.fault_in(&job, false);
                 self.restored += 1;
             }

@@ -1,10 +1,9 @@
 //! The table of live jobs: what the engine keeps per job, and the hash that keeps it compact.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-use crate::job::{JobId, JobState};
+use crate::job::{ID_RUN_BITS, IdBuild, JobId, JobState};
 use crate::wheel::TimerKey;
 
 /// One live job.
@@ -141,52 +140,6 @@ pub(crate) struct Counters {
     /// Schedules that named the key of an existing job, since open.
     pub deduplicated: u64,
 }
-
-/// The hash of a job id, from its sequence number ([`JobId::seq`]: the id without its
-/// home-bucket bits, which are the same for every job of an hour; unique per job).
-///
-/// Ids are handed out in sequence, and jobs scheduled together are usually fired, claimed and
-/// finished together, so a run of [`ID_RUN`] consecutive sequence numbers keeps consecutive
-/// slots: a batch walks memory in order and misses the cache once per run, not once per job
-/// (a mixing hash costs a miss per job at millions of jobs). The runs themselves are placed by
-/// a multiplicative mix, so the table has no long stretch of full groups.
-///
-/// That last part matters: the sequence number alone (the hash until 2026-12-02) packs a
-/// million live jobs into a million consecutive full slots, and a lookup of an id that is not
-/// there (a job just finished, an unknown id, a key's holder gone) probes group after full
-/// group until it finds an empty one: 3-6 µs each at 1M jobs against 30-60 ns here (the test
-/// below: 162 times a hit before, under 20 times now), under the state lock, thousands per
-/// worker batch. The top 7 bits, which the table compares first, come from the run's mix: the
-/// jobs of one run share them (giving each its own measured no faster: the run's entries are
-/// in cache already).
-#[derive(Default)]
-pub(crate) struct IdHasher(u64);
-
-/// Consecutive sequence numbers kept in consecutive slots of the job table (a power of two).
-const ID_RUN_BITS: u32 = 6;
-/// See [`IdHasher`].
-const ID_RUN: u64 = 1 << ID_RUN_BITS;
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        let seq = JobId(v).seq();
-        let mut run = (seq >> ID_RUN_BITS).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        // The product's high bits are its well-mixed ones: fold them into the low bits that
-        // index the table.
-        run ^= run >> 29;
-        self.0 = (run << ID_RUN_BITS) | (seq & (ID_RUN - 1));
-    }
-}
-
-type IdBuild = BuildHasherDefault<IdHasher>;
 
 pub(crate) type JobMap = IdMap<Job>;
 pub(crate) type ExtraMap = IdMap<Extra>;
@@ -741,7 +694,7 @@ mod tests {
     fn a_missing_id_costs_about_what_a_present_one_costs() {
         const N: u64 = 1 << 20;
         let id = |seq: u64| JobId::compose(seq, 493_000 + seq / 100_000);
-        let mut map: HashMap<JobId, [u64; 10], BuildHasherDefault<IdHasher>> = HashMap::default();
+        let mut map: HashMap<JobId, [u64; 10], IdBuild> = HashMap::default();
         for seq in 0..N {
             map.insert(id(seq), [seq; 10]);
         }

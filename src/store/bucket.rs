@@ -49,7 +49,7 @@
 //! `Put`, a change that touches no failure as a `Patch`: the kinds 4 and 5 carry the rest (a
 //! dead job stays in its bucket, in the dead-letter set, until purged).
 
-use std::collections::BTreeMap;
+use super::loaded::BucketJobs;
 
 use crate::job::JobId;
 use crate::record::{put_u64, u16_at, u32_at, u64_at};
@@ -710,35 +710,9 @@ fn decode_patch2(body: &[u8], crashes: u32) -> Result<Patch, &'static str> {
     )
 }
 
-/// Applies a run's entries to the jobs of the runs before it. Refuses (naming the job) an
-/// entry the compactor could not have written: a put of a job already there, a patch or
-/// delete of one that is not.
-pub fn apply_run(jobs: &mut BTreeMap<JobId, StoredJob>, entries: Vec<Entry>) -> Result<(), JobId> {
-    for entry in entries {
-        let id = entry.id();
-        match entry {
-            Entry::Put(job) => {
-                if jobs.insert(id, job).is_some() {
-                    return Err(id);
-                }
-            }
-            Entry::Patch(p) => {
-                let job = jobs.get_mut(&id).ok_or(id)?;
-                p.apply(job);
-            }
-            Entry::Delete(_) => {
-                jobs.remove(&id).ok_or(id)?;
-            }
-        }
-    }
-    Ok(())
-}
-
 /// The entries of a merged run: every job a `Put`, in due order (ties in id order).
-pub fn merged_entries(jobs: BTreeMap<JobId, StoredJob>) -> Vec<Entry> {
-    let mut puts: Vec<StoredJob> = jobs.into_values().collect();
-    puts.sort_by_key(|j| (j.due_ms, j.id));
-    puts.into_iter().map(Entry::Put).collect()
+pub(crate) fn merged_entries(jobs: BucketJobs) -> Vec<Entry> {
+    jobs.into_due_order().into_iter().map(Entry::Put).collect()
 }
 
 #[cfg(test)]
@@ -1013,50 +987,38 @@ mod tests {
 
     #[test]
     fn runs_stack_and_merge_in_due_order() {
-        let mut jobs = BTreeMap::new();
-        apply_run(
-            &mut jobs,
-            vec![
-                Entry::Put(job(1, 30, b"a")),
-                Entry::Put(job(2, 10, b"b")),
-                Entry::Put(job(3, 20, b"c")),
-            ],
-        )
+        let mut jobs = BucketJobs::default();
+        jobs.apply(vec![
+            Entry::Put(job(1, 30, b"a")),
+            Entry::Put(job(2, 10, b"b")),
+            Entry::Put(job(3, 20, b"c")),
+        ])
         .unwrap();
-        apply_run(
-            &mut jobs,
-            vec![
-                Entry::Delete(JobId(2)),
-                Entry::Patch(Patch {
-                    id: JobId(1),
-                    due_ms: Some(5),
-                    lease: Some((3, false)),
-                    crashes_seen: None,
-                    fate: Some(Fate {
-                        reset: false,
-                        failures_add: 2,
-                        dead: None,
-                        error: Some("e".into()),
-                    }),
+        jobs.apply(vec![
+            Entry::Delete(JobId(2)),
+            Entry::Patch(Patch {
+                id: JobId(1),
+                due_ms: Some(5),
+                lease: Some((3, false)),
+                crashes_seen: None,
+                fate: Some(Fate {
+                    reset: false,
+                    failures_add: 2,
+                    dead: None,
+                    error: Some("e".into()),
                 }),
-            ],
-        )
+            }),
+        ])
         .unwrap();
         let merged = merged_entries(jobs.clone());
         let order: Vec<u64> = merged.iter().map(|e| e.id().0).collect();
         assert_eq!(order, [1, 3]);
-        assert_eq!(jobs[&JobId(1)].attempt, 3);
-        assert!(!jobs[&JobId(1)].leased);
-        assert_eq!(jobs[&JobId(1)].failures, 2);
-        assert_eq!(jobs[&JobId(1)].last_error.as_deref(), Some("e"));
-        assert_eq!(
-            apply_run(&mut jobs, vec![Entry::Delete(JobId(2))]),
-            Err(JobId(2))
-        );
-        assert_eq!(
-            apply_run(&mut jobs, vec![Entry::Put(job(3, 1, b""))]),
-            Err(JobId(3))
-        );
+        assert_eq!(jobs.get(JobId(1)).unwrap().attempt, 3);
+        assert!(!jobs.get(JobId(1)).unwrap().leased);
+        assert_eq!(jobs.get(JobId(1)).unwrap().failures, 2);
+        assert_eq!(jobs.get(JobId(1)).unwrap().last_error.as_deref(), Some("e"));
+        assert_eq!(jobs.apply(vec![Entry::Delete(JobId(2))]), Err(JobId(2)));
+        assert_eq!(jobs.apply(vec![Entry::Put(job(3, 1, b""))]), Err(JobId(3)));
     }
 
     #[test]

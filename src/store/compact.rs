@@ -8,8 +8,9 @@
 //!    folds, and net them per job: a job scheduled and finished within the pass never reaches
 //!    a bucket; a job changed in place becomes a `Patch`; a finished one a `Delete`; one
 //!    rescheduled into another hour a `Delete` in its old bucket and a `Put` in the new one.
-//! 2. Write one new run per bucket touched (synced), or, for a bucket with too many runs or no
-//!    jobs left, merge its runs into one (or into none: the bucket is dropped whole).
+//! 2. Write one new run per bucket touched (synced), or, for a bucket with too many runs, too
+//!    many bytes stacked on its oldest, mostly finished jobs or none left, merge its runs into
+//!    one (or into none: the bucket is dropped whole).
 //! 3. Replace the manifest (temporary file, sync, rename, directory sync).
 //! 4. Remove the runs the new manifest no longer names, then the folded journal segments.
 //!
@@ -28,7 +29,7 @@ use timewheel_wal::storage::Storage;
 use timewheel_wal::{Lsn, Wal};
 
 use super::bucket::{
-    self, Entry, Fate, Patch, StoredJob, apply_run, encode_run, merged_entries, run_file_name,
+    self, Entry, Fate, Patch, StoredJob, encode_run, merged_entries, run_file_name,
 };
 use super::manifest::{Manifest, RunRef};
 use super::{
@@ -46,6 +47,25 @@ pub(crate) struct Limits {
     pub segments_max: usize,
     /// A bucket with more runs than this is merged into one.
     pub runs_max: usize,
+}
+
+/// A bucket is merged when its runs would hold more than `.0 / .1` times the bytes its live
+/// jobs need. Without it a bucket whose jobs are mostly finished keeps, and loads, every job
+/// its oldest run was written with: the deletes stacked on that run are a few bytes each, so
+/// the size rule alone never fires while one job is left. With it, the bytes on disk stay
+/// within this factor of the live bytes, and each such merge follows new records worth at
+/// least half the live bytes it rewrites (the rewrites stay proportional to what was
+/// written).
+pub(crate) const SPACE_AMPLIFICATION_MAX: (u64, u64) = (3, 2);
+
+/// Whether the runs `base` and `stacked` on it (the new one included) hold more than
+/// [`SPACE_AMPLIFICATION_MAX`] times what `live_jobs` need. A base run is all puts (a
+/// bucket's first run, or a merge), so its mean record size estimates a live job's bytes.
+fn mostly_dead(base: &RunRef, stacked: u64, live_jobs: u64) -> bool {
+    let per_job = base.bytes / base.records.max(1);
+    let live_bytes = live_jobs.saturating_mul(per_job);
+    let (num, den) = SPACE_AMPLIFICATION_MAX;
+    (base.bytes + stacked).saturating_mul(den) > live_bytes.saturating_mul(num)
 }
 
 /// Where a job the pass saw stands at its end.
@@ -543,7 +563,7 @@ fn fold<S: Storage>(
             .expect("located in a live bucket");
         let mut jobs = load_bucket(storage, bucket, entry)?;
         for (target, patch) in moves {
-            let mut job = jobs.remove(&patch.id).ok_or_else(|| {
+            let mut job = jobs.take(patch.id).ok_or_else(|| {
                 corrupted(
                     run_file_name(bucket, 0),
                     0,
@@ -574,17 +594,20 @@ fn fold<S: Storage>(
             .map(|j| j.due_ms)
             .chain(delta.patches.iter().filter_map(|p| p.due_ms))
             .min();
-        // Merged when nothing is left, when the runs would be too many, or when the runs
-        // stacked on the oldest (the new one included) hold as many bytes as it does: each
+        // Merged when nothing is left, when the runs would be too many, when the runs
+        // stacked on the oldest (the new one included) hold as many bytes as it does (each
         // merge then at least doubles the oldest run, so a job is rewritten a logarithmic
-        // number of times, not once every few passes.
+        // number of times, not once every few passes), or when the runs would hold more than
+        // `SPACE_AMPLIFICATION_MAX` times what the live jobs need (see there).
         let new_bytes: u64 = delta.puts.iter().map(bucket::put_bytes).sum::<u64>()
             + delta.patches.iter().map(bucket::patch_bytes).sum::<u64>()
             + (delta.deletes.len() as u64) * bucket::DELETE_RECORD_BYTES;
         let stacked: u64 = entry.runs.iter().skip(1).map(|r| r.bytes).sum::<u64>() + new_bytes;
         let merge = jobs_after == 0
             || entry.runs.len() + 1 > limits.runs_max
-            || entry.runs.first().is_some_and(|base| stacked >= base.bytes);
+            || entry.runs.first().is_some_and(|base| {
+                stacked >= base.bytes || mostly_dead(base, stacked, jobs_after)
+            });
         if bucket >= far.from {
             far.new.extend(
                 delta
@@ -605,7 +628,7 @@ fn fold<S: Storage>(
         let entries = delta.into_entries();
         let (entries, min_due_ms) = if merge {
             let mut jobs = load_bucket(storage, bucket, &entry)?;
-            apply_run(&mut jobs, entries).map_err(|id| {
+            jobs.apply(entries).map_err(|id| {
                 corrupted(
                     run_file_name(bucket, 0),
                     0,

@@ -14,9 +14,10 @@
 
 pub mod bucket;
 pub(crate) mod compact;
+pub(crate) mod loaded;
 pub mod manifest;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io;
 
 use timewheel_wal::storage::{Storage, StorageFile};
@@ -24,7 +25,8 @@ use timewheel_wal::storage::{Storage, StorageFile};
 use crate::config::HOUR_MS;
 use crate::error::{Error, Result};
 use crate::job::JobId;
-use bucket::{StoredJob, apply_run, decode_run, parse_run_file_name, run_file_name};
+use bucket::{StoredJob, decode_run, parse_run_file_name, run_file_name};
+use loaded::BucketJobs;
 use manifest::{BucketEntry, MANIFEST_NAME, MANIFEST_TMP_NAME, Manifest};
 
 /// The hour bucket a job is scheduled into: the hour it is due, or the hour it was accepted
@@ -215,8 +217,9 @@ pub(crate) fn load_bucket<S: Storage>(
     storage: &S,
     bucket: u64,
     entry: &BucketEntry,
-) -> Result<BTreeMap<JobId, StoredJob>> {
-    let mut jobs = BTreeMap::new();
+) -> Result<BucketJobs> {
+    let records: u64 = entry.runs.iter().map(|r| r.records).sum();
+    let mut jobs = BucketJobs::with_capacity(usize::try_from(records).unwrap_or(usize::MAX));
     for run in &entry.runs {
         let name = run_file_name(bucket, run.generation);
         let bytes = read_whole(storage, &name)?;
@@ -233,7 +236,7 @@ pub(crate) fn load_bucket<S: Storage>(
                 "run does not match what the manifest says of it",
             ));
         }
-        apply_run(&mut jobs, entries).map_err(|id| {
+        jobs.apply(entries).map_err(|id| {
             corrupted(
                 name.as_str(),
                 0,
@@ -264,7 +267,7 @@ pub(crate) fn read_far_jobs<S: Storage>(
     ids: &[JobId],
 ) -> Result<Vec<StoredJob>> {
     let locator = Locator::new(manifest)?;
-    let mut read: HashMap<u64, BTreeMap<JobId, StoredJob>> = HashMap::new();
+    let mut read: HashMap<u64, BucketJobs> = HashMap::new();
     let mut found = Vec::new();
     for &id in ids {
         let Some(bucket) = locator.locate(manifest, id).filter(|&b| b >= far_from) else {
@@ -276,7 +279,7 @@ pub(crate) fn read_far_jobs<S: Storage>(
                 e.insert(load_bucket(storage, bucket, &manifest.buckets[&bucket])?)
             }
         };
-        found.extend(jobs.remove(&id));
+        found.extend(jobs.take(id));
     }
     Ok(found)
 }

@@ -5,6 +5,7 @@
 //! group commit. Data directories live under the system temp dir, not /dev/shm: a sync on
 //! tmpfs costs nothing and would flatter every durable figure.
 
+pub mod churn;
 pub mod firing;
 pub mod lifecycle;
 pub mod schedule;

@@ -6,7 +6,7 @@ use timewheel::Durability;
 
 use super::results::{Kind, Metric};
 use super::{System, Workload};
-use crate::engine::{Percentiles, firing, fresh, lifecycle, schedule, store};
+use crate::engine::{Percentiles, churn, firing, fresh, lifecycle, schedule, store};
 use crate::peers::redis::{self, Fsync};
 use crate::peers::sqlite;
 use crate::wheel::{self, Shape, Structure};
@@ -40,6 +40,8 @@ pub struct Sizes {
     pub compaction_jobs: u64,
     /// Jobs in the horizon workload (none: left out), one run.
     pub horizon_jobs: Option<u64>,
+    /// The churn on disk: jobs per simulated second and simulated seconds, one run.
+    pub churn: churn::Shape,
     /// Jobs resident when listing a page.
     pub listing_jobs: u64,
     /// Jobs scheduled with and without idempotency keys.
@@ -83,6 +85,7 @@ impl Sizes {
             resident_jobs: 1_000_000,
             compaction_jobs: 2_000_000,
             horizon_jobs: Some(5_000_000),
+            churn: churn_shape(10_000, 3 * 3_600),
             listing_jobs: 1_000_000,
             keyed_jobs: 1_000_000,
             storm: (100_000, 5),
@@ -123,11 +126,30 @@ impl Sizes {
             // Enough to seal a segment (64 MiB): an unsealed one is not folded.
             compaction_jobs: 500_000,
             horizon_jobs: None,
+            churn: churn_shape(2_000, 30 * 60),
             listing_jobs: 100_000,
             keyed_jobs: 100_000,
             storm: (10_000, 5),
             fairness: (50_000, 500, 64),
         }
+    }
+}
+
+/// The churn's shape: `rate` jobs per simulated second for `seconds`, 9 of 10 cancelled, unless
+/// the environment's `CHURN=RATE:SECONDS` says otherwise (the day-long run of the docs is
+/// `CHURN=10000:86400`).
+fn churn_shape(rate: u64, seconds: u64) -> churn::Shape {
+    let (rate, seconds) = std::env::var("CHURN")
+        .ok()
+        .and_then(|v| {
+            let (r, s) = v.split_once(':')?;
+            Some((r.parse().ok()?, s.parse().ok()?))
+        })
+        .unwrap_or((rate, seconds));
+    churn::Shape {
+        rate,
+        seconds,
+        cancelled_of_10: 9,
     }
 }
 
@@ -196,6 +218,7 @@ pub fn plan(s: &Sizes, cx: &Context) -> (Vec<Workload>, Vec<String>) {
             "the horizon workload: full runs only (it reopens in a child process and idles)".into(),
         ),
     }
+    w.push(churn_workload(s.churn, cx));
     w.push(listing(s, cx));
     w.push(keyed(s, cx));
     w.push(storm(s, cx));
@@ -839,6 +862,65 @@ fn horizon(n: u64, cx: &Context) -> Workload {
         note: format!(
             "{n} jobs due over 30 days with a 2-hour horizon, scheduled in batches of 100 000 \
              with compaction after each; then the directory reopened in a fresh process. One run."
+        ),
+        kind: Kind::Other,
+        runs: 1,
+        systems: vec![system],
+    }
+}
+
+fn churn_workload(shape: churn::Shape, cx: &Context) -> Workload {
+    let r = cx.root.clone();
+    let system = System::new("timewheel", move || {
+        let c = churn::churn(&dir(&r, "churn"), shape, |_| {});
+        for s in &c.samples {
+            eprintln!(
+                "churn: {:>6} s simulated: {} live jobs, journal {} MiB, buckets {} MiB, \
+                 directory {} MiB, {:.2}x the live records",
+                s.at_s,
+                s.live_jobs,
+                s.journal_bytes >> 20,
+                s.bucket_bytes >> 20,
+                s.dir_bytes >> 20,
+                s.ratio(c.record_bytes)
+            );
+        }
+        Ok(vec![
+            (
+                Metric::lower("disk against the live records, worst once steady", "x"),
+                c.worst_ratio(),
+            ),
+            (
+                Metric::lower("peak disk in the last third against the first", "x"),
+                c.drift(),
+            ),
+            (
+                Metric::lower("peak disk once steady", "MiB"),
+                c.peak_bytes() as f64 / f64::from(1 << 20),
+            ),
+            (
+                Metric::lower("least disk once steady", "MiB"),
+                c.trough_bytes() as f64 / f64::from(1 << 20),
+            ),
+            (
+                Metric::higher("jobs through their lifecycle", "jobs/s"),
+                c.jobs as f64 / c.real_s,
+            ),
+        ])
+    });
+    let (rate, secs) = (shape.rate, shape.seconds);
+    Workload {
+        id: "churn",
+        title: "Churn on disk".into(),
+        note: format!(
+            "{rate} jobs per simulated second for {} simulated minutes (a `ManualClock`; the \
+             disk and its syncs are real), each due 6-60 minutes after its schedule; 9 of 10 \
+             cancelled 5 minutes after it, the others fired, claimed and completed; compaction \
+             every simulated minute. The disk (journal plus bucket files) against the live \
+             jobs' schedule records, sampled every 10 simulated minutes after a compaction; \
+             steady means after the first hour. One run; `CHURN=RATE:SECONDS` changes the \
+             shape.",
+            secs / 60
         ),
         kind: Kind::Other,
         runs: 1,
