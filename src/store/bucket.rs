@@ -314,7 +314,10 @@ pub fn encode_run(
             .expect("a job sees no crash after its run's");
         behind.min(all)
     };
-    let mut body = Vec::new();
+    // The header's room first, filled in last: the records are written once, in place.
+    let bytes: u64 = entries.iter().map(entry_bytes).sum();
+    let mut body = Vec::with_capacity(RUN_HEADER_BYTES + bytes as usize);
+    body.resize(RUN_HEADER_BYTES, 0);
     let mut scratch = Vec::new();
     for entry in entries {
         scratch.clear();
@@ -434,7 +437,7 @@ pub fn encode_run(
         body[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
         body.resize(start + pad8(RECORD_HEADER_BYTES + scratch.len()), 0);
     }
-    let mut out = Vec::with_capacity(RUN_HEADER_BYTES + body.len());
+    let mut out = Vec::with_capacity(RUN_HEADER_BYTES);
     out.extend_from_slice(&RUN_MAGIC);
     out.extend_from_slice(&RUN_VERSION.to_le_bytes());
     out.extend_from_slice(&(RUN_HEADER_BYTES as u32).to_le_bytes());
@@ -442,13 +445,23 @@ pub fn encode_run(
     put_u64(&mut out, generation);
     put_u64(&mut out, covered_lsn);
     put_u64(&mut out, entries.len() as u64);
-    put_u64(&mut out, body.len() as u64);
+    put_u64(&mut out, (body.len() - RUN_HEADER_BYTES) as u64);
     let crc = header_crc(&out, &crashes.to_le_bytes());
     out.extend_from_slice(&crc.to_le_bytes());
     out.extend_from_slice(&crashes.to_le_bytes());
     debug_assert_eq!(out.len(), RUN_HEADER_BYTES);
-    out.extend_from_slice(&body);
-    out
+    body[..RUN_HEADER_BYTES].copy_from_slice(&out);
+    debug_assert_eq!(body.len(), RUN_HEADER_BYTES + bytes as usize);
+    body
+}
+
+/// The bytes `entry` takes in a run.
+fn entry_bytes(entry: &Entry) -> u64 {
+    match entry {
+        Entry::Put(job) => put_bytes(job),
+        Entry::Patch(patch) => patch_bytes(patch),
+        Entry::Delete(_) => DELETE_RECORD_BYTES,
+    }
 }
 
 /// The checksum of a version 2 header: its first 56 bytes, then the crash count.
@@ -712,7 +725,7 @@ fn decode_patch2(body: &[u8], crashes: u32) -> Result<Patch, &'static str> {
 
 /// The entries of a merged run: every job a `Put`, in due order (ties in id order).
 pub(crate) fn merged_entries(jobs: BucketJobs) -> Vec<Entry> {
-    jobs.into_due_order().into_iter().map(Entry::Put).collect()
+    jobs.into_due_entries()
 }
 
 #[cfg(test)]

@@ -128,8 +128,9 @@ const CANCEL_AFTER_S: u64 = 300;
 const COMPACT_EVERY_S: u64 = 60;
 const SAMPLE_EVERY_S: u64 = 600;
 
-/// Runs `shape` on a fresh directory `dir`, calling `progress` with the simulated seconds done.
-pub fn churn(dir: &Path, shape: Shape, mut progress: impl FnMut(u64)) -> Churn {
+/// Runs `shape` on a fresh directory `dir`, calling `progress` with each sample as it is taken
+/// and the bytes of one schedule record.
+pub fn churn(dir: &Path, shape: Shape, mut progress: impl FnMut(&Sample, f64)) -> Churn {
     let clock = ManualClock::new(SIMULATED_START_MS);
     // Compaction by hand each simulated minute; the timer run by hand after each step.
     let config = Config::new(dir).compact_interval_ms(0);
@@ -185,8 +186,9 @@ pub fn churn(dir: &Path, shape: Shape, mut progress: impl FnMut(u64)) -> Churn {
             while engine.compact().expect("compact").records > 0 {}
         }
         if s % SAMPLE_EVERY_S == 0 {
-            out.samples.push(sample(&engine, dir, s));
-            progress(s);
+            let taken = sample(&engine, dir, s);
+            progress(&taken, record_bytes);
+            out.samples.push(taken);
         }
     }
     out.real_s = t.elapsed().as_secs_f64();
