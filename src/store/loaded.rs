@@ -165,3 +165,138 @@ impl BucketJobs {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::store::bucket::Patch;
+
+    fn job(id: u64, due_ms: u64) -> StoredJob {
+        StoredJob {
+            id: JobId(id),
+            due_ms,
+            created_ms: 1,
+            tenant: 0,
+            shard: 0,
+            flags: 0,
+            max_attempts: 0,
+            attempt: 0,
+            leased: false,
+            crashes_seen: 0,
+            failures: 0,
+            dead: None,
+            backoff: None,
+            last_error: None,
+            key: None,
+            recurring: None,
+            payload: id.to_le_bytes().to_vec(),
+        }
+    }
+
+    /// Runs of operations `(kind, pick, due)`, turned into entries by [`entries`].
+    fn runs() -> impl Strategy<Value = Vec<Vec<(u8, usize, u64)>>> {
+        prop::collection::vec(
+            prop::collection::vec((0u8..16, any::<usize>(), 0u64..20), 0..40),
+            1..6,
+        )
+    }
+
+    /// Mostly entries the compactor could write, given the jobs `live` holds: puts of new ids,
+    /// patches and deletes of jobs there; one kind in 16 an entry it could not (a put of a
+    /// job there, a patch or delete of one that is not).
+    fn entries(ops: &[(u8, usize, u64)], live: &mut Vec<u64>, next: &mut u64) -> Vec<Entry> {
+        ops.iter()
+            .map(|&(kind, pick, due)| {
+                let there = (!live.is_empty()).then(|| pick % live.len());
+                match (kind, there) {
+                    (0..=5, _) | (6..=14, None) => {
+                        *next += 1;
+                        live.push(*next);
+                        Entry::Put(job(*next, due))
+                    }
+                    (6..=10, Some(i)) => Entry::Patch(Patch {
+                        id: JobId(live[i]),
+                        due_ms: Some(due),
+                        lease: Some((due as u32, due % 2 == 0)),
+                        crashes_seen: None,
+                        fate: None,
+                    }),
+                    (11..=14, Some(i)) => Entry::Delete(JobId(live.swap_remove(i))),
+                    _ => match there {
+                        Some(i) if pick % 2 == 0 => Entry::Put(job(live[i], due)),
+                        _ if pick % 3 == 0 => Entry::Delete(JobId(*next + 1)),
+                        _ => Entry::Patch(Patch {
+                            id: JobId(*next + 1),
+                            due_ms: None,
+                            lease: None,
+                            crashes_seen: None,
+                            fate: None,
+                        }),
+                    },
+                }
+            })
+            .collect()
+    }
+
+    /// The model: a map by id, each entry applied in turn; the first refused entry names its
+    /// job and the run stops there.
+    fn model_apply(model: &mut BTreeMap<JobId, StoredJob>, run: &[Entry]) -> Result<(), JobId> {
+        for e in run {
+            let id = e.id();
+            match e {
+                Entry::Put(j) => {
+                    if model.insert(id, j.clone()).is_some() {
+                        return Err(id);
+                    }
+                }
+                Entry::Patch(p) => p.apply(model.get_mut(&id).ok_or(id)?),
+                Entry::Delete(_) => {
+                    model.remove(&id).ok_or(id)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Runs stacked on `BucketJobs` leave the jobs a map applying the same entries leaves,
+        /// refuse the same entry, and come out in due order (ties by id).
+        #[test]
+        fn bucket_jobs_follow_a_map(runs in runs()) {
+            let mut jobs = BucketJobs::default();
+            let mut model = BTreeMap::new();
+            let (mut live, mut next) = (Vec::new(), 0);
+            for ops in &runs {
+                let run = entries(ops, &mut live, &mut next);
+                let expected = model_apply(&mut model, &run);
+                let got = jobs.apply(run);
+                prop_assert_eq!(got, expected);
+                if expected.is_err() {
+                    // A refused run is corruption: the load stops, nothing after it counts.
+                    return Ok(());
+                }
+                prop_assert_eq!(jobs.len(), model.len());
+                for (id, j) in &model {
+                    prop_assert_eq!(jobs.get(*id), Some(j));
+                }
+            }
+            let mut want: Vec<StoredJob> = model.into_values().collect();
+            want.sort_by_key(|j| (j.due_ms, j.id));
+            let got: Vec<StoredJob> = jobs
+                .into_due_entries()
+                .into_iter()
+                .map(|e| match e {
+                    Entry::Put(j) => j,
+                    other => panic!("a merged run holds puts only: {other:?}"),
+                })
+                .collect();
+            prop_assert_eq!(got, want);
+        }
+    }
+}

@@ -126,7 +126,7 @@ impl Sizes {
             // Enough to seal a segment (64 MiB): an unsealed one is not folded.
             compaction_jobs: 500_000,
             horizon_jobs: None,
-            churn: churn_shape(2_000, 30 * 60),
+            churn: churn_shape(2_000, 20 * 60),
             listing_jobs: 100_000,
             keyed_jobs: 100_000,
             storm: (10_000, 5),
