@@ -112,8 +112,15 @@ pub struct Config {
     /// A bucket with more run files than this is merged into one by the next pass that
     /// touches it (fewer files to read at a load; more bytes rewritten per pass). A bucket is
     /// merged sooner when the runs stacked on its oldest hold as many bytes as that one does,
-    /// or when its runs hold more than 1.5 times what its live jobs need.
+    /// or when its runs hold more than [`Config::bucket_space_percent_max`] of what its live
+    /// jobs need.
     pub bucket_runs_max: usize,
+    /// A bucket whose runs would hold more than this percentage of the bytes its live jobs
+    /// need (the finished ones' puts, and the deletes and patches stacked on them) is merged
+    /// into one run of its live jobs. Lower keeps less on disk and rewrites live jobs more
+    /// often: each such merge follows new records worth `percent - 100` of the live bytes it
+    /// rewrites. At least 100; default 150.
+    pub bucket_space_percent_max: u32,
     /// How far ahead the engine keeps jobs in memory, in milliseconds. A job due later costs
     /// no memory once compaction has folded it into its hour bucket's files: the engine keeps
     /// it on disk (a `cancel`, `reschedule` or `get` reads it from there) and loads its bucket
@@ -190,6 +197,7 @@ impl Config {
             metrics_interval_ms: 1_000,
             compact_segments_max: 4,
             bucket_runs_max: 16,
+            bucket_space_percent_max: 150,
             horizon_ms: 3 * HOUR_MS,
             verify_buckets_at_open: false,
             no_space_retry_ms: 100,
@@ -242,6 +250,12 @@ impl Config {
         }
         if self.compact_segments_max == 0 || self.bucket_runs_max == 0 {
             return bad("compact_segments_max", "compaction limits must be positive");
+        }
+        if self.bucket_space_percent_max < 100 {
+            return bad(
+                "bucket_space_percent_max",
+                "at least 100 (a bucket holds its live jobs' bytes at least)",
+            );
         }
         // Ids name their home bucket modulo 2^20 hours; keep a past window of 19 years in
         // which two live buckets can not share a residue.
@@ -421,6 +435,12 @@ impl Config {
     /// Sets [`Config::bucket_runs_max`](Config#structfield.bucket_runs_max).
     pub fn bucket_runs_max(mut self, bucket_runs_max: usize) -> Self {
         self.bucket_runs_max = bucket_runs_max;
+        self
+    }
+
+    /// Sets [`Config::bucket_space_percent_max`](Config#structfield.bucket_space_percent_max).
+    pub fn bucket_space_percent_max(mut self, percent: u32) -> Self {
+        self.bucket_space_percent_max = percent;
         self
     }
 }

@@ -142,3 +142,27 @@ fn a_write_reach_that_is_not_whole_pages_is_refused_before_touching_the_disk() {
         assert!(disk.live_names().is_empty());
     }
 }
+
+/// `Config::bucket_space_percent_max` under 100 (a bucket can not hold less than its live
+/// jobs): a typed error naming the field, and nothing on disk; 100 itself is accepted.
+#[test]
+fn a_bucket_space_bound_under_its_live_jobs_is_refused_before_touching_the_disk() {
+    for (percent, ok) in [(0, false), (99, false), (100, true)] {
+        let disk = FaultDisk::new(64);
+        let r = timewheel::Engine::open_on(
+            disk.storage(),
+            config().bucket_space_percent_max(percent),
+            std::sync::Arc::new(ManualClock::new(T0)),
+        );
+        if ok {
+            r.expect("100 % is a valid bound").close().unwrap();
+            continue;
+        }
+        assert!(
+            matches!(&r, Err(Error::InvalidInput { field, .. }) if *field == "bucket_space_percent_max"),
+            "bucket_space_percent_max = {percent}: {:?}",
+            r.err()
+        );
+        assert!(disk.live_names().is_empty());
+    }
+}

@@ -68,6 +68,7 @@ impl Shared {
         let limits = Limits {
             segments_max: self.config.compact_segments_max,
             runs_max: self.config.bucket_runs_max,
+            space_percent_max: self.config.bucket_space_percent_max,
         };
         let Some(fold_to) = compact::fold_point(&self.wal, &store.manifest, limits) else {
             return Ok(None);

@@ -47,25 +47,23 @@ pub(crate) struct Limits {
     pub segments_max: usize,
     /// A bucket with more runs than this is merged into one.
     pub runs_max: usize,
+    /// A bucket whose runs hold more than this percentage of its live jobs' bytes is merged
+    /// (see [`mostly_dead`]).
+    pub space_percent_max: u32,
 }
 
-/// A bucket is merged when its runs would hold more than `.0 / .1` times the bytes its live
-/// jobs need. Without it a bucket whose jobs are mostly finished keeps, and loads, every job
-/// its oldest run was written with: the deletes stacked on that run are a few bytes each, so
-/// the size rule alone never fires while one job is left. With it, the bytes on disk stay
-/// within this factor of the live bytes, and each such merge follows new records worth at
-/// least half the live bytes it rewrites (the rewrites stay proportional to what was
-/// written).
-pub(crate) const SPACE_AMPLIFICATION_MAX: (u64, u64) = (3, 2);
-
 /// Whether the runs `base` and `stacked` on it (the new one included) hold more than
-/// [`SPACE_AMPLIFICATION_MAX`] times what `live_jobs` need. A base run is all puts (a
+/// `percent_max` % of what `live_jobs` need. Without this rule a bucket whose jobs are mostly
+/// finished keeps, and loads, every job its oldest run was written with: the deletes stacked
+/// on that run are a few bytes each, so the size rule alone never fires while one job is
+/// left. With it, the bytes on disk stay within this factor of the live bytes, and each such
+/// merge follows new records worth at least `percent_max - 100` % of the live bytes it
+/// rewrites (the rewrites stay proportional to what was written). A base run is all puts (a
 /// bucket's first run, or a merge), so its mean record size estimates a live job's bytes.
-fn mostly_dead(base: &RunRef, stacked: u64, live_jobs: u64) -> bool {
+fn mostly_dead(base: &RunRef, stacked: u64, live_jobs: u64, percent_max: u32) -> bool {
     let per_job = base.bytes / base.records.max(1);
     let live_bytes = live_jobs.saturating_mul(per_job);
-    let (num, den) = SPACE_AMPLIFICATION_MAX;
-    (base.bytes + stacked).saturating_mul(den) > live_bytes.saturating_mul(num)
+    (base.bytes + stacked).saturating_mul(100) > live_bytes.saturating_mul(u64::from(percent_max))
 }
 
 /// Where a job the pass saw stands at its end.
@@ -608,7 +606,7 @@ fn fold<S: Storage>(
         // stacked on the oldest (the new one included) hold as many bytes as it does (each
         // merge then at least doubles the oldest run, so a job is rewritten a logarithmic
         // number of times, not once every few passes), or when the runs would hold more than
-        // `SPACE_AMPLIFICATION_MAX` times what the live jobs need (see there).
+        // `Limits::space_percent_max` of what the live jobs need (see `mostly_dead`).
         let new_bytes: u64 = delta.puts.iter().map(bucket::put_bytes).sum::<u64>()
             + delta.patches.iter().map(bucket::patch_bytes).sum::<u64>()
             + (delta.deletes.len() as u64) * bucket::DELETE_RECORD_BYTES;
@@ -616,7 +614,8 @@ fn fold<S: Storage>(
         let merge = jobs_after == 0
             || entry.runs.len() + 1 > limits.runs_max
             || entry.runs.first().is_some_and(|base| {
-                stacked >= base.bytes || mostly_dead(base, stacked, jobs_after)
+                stacked >= base.bytes
+                    || mostly_dead(base, stacked, jobs_after, limits.space_percent_max)
             });
         if bucket >= far.from {
             far.new.extend(

@@ -163,6 +163,23 @@ const ROWS: &[Row] = &[
         peers: &[],
     },
     Row {
+        label: "churn on disk: 9 of 10 jobs cancelled, compaction each simulated minute",
+        workload: "churn",
+        ours: &[
+            (
+                "timewheel",
+                "disk against the live records, worst once steady",
+                "disk / live records, worst",
+            ),
+            (
+                "timewheel",
+                "peak disk in the last third against the first",
+                "growth over the run",
+            ),
+        ],
+        peers: &[],
+    },
+    Row {
         label: "timing wheel at 10M timers: insert / cancel / fire",
         workload: "wheel-10m",
         ours: &[

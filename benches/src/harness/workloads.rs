@@ -53,7 +53,7 @@ pub struct Sizes {
 }
 
 impl Sizes {
-    /// The full run: the sizes the docs quote (about 20 minutes on 2 cores).
+    /// The full run: the sizes the docs quote (about 25 minutes on 2 cores).
     pub fn full() -> Sizes {
         let hour = Shape {
             timers: 1_000_000,
@@ -85,7 +85,7 @@ impl Sizes {
             resident_jobs: 1_000_000,
             compaction_jobs: 2_000_000,
             horizon_jobs: Some(5_000_000),
-            churn: churn_shape(10_000, 3 * 3_600),
+            churn: churn_shape(10_000, 80 * 60),
             listing_jobs: 1_000_000,
             keyed_jobs: 1_000_000,
             storm: (100_000, 5),
