@@ -729,10 +729,11 @@ pub(crate) fn merged_entries(jobs: BucketJobs) -> Vec<Entry> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn job(id: u64, due_ms: u64, payload: &[u8]) -> StoredJob {
+    /// A plain job (no fate), for the store's tests.
+    pub(crate) fn job(id: u64, due_ms: u64, payload: &[u8]) -> StoredJob {
         StoredJob {
             id: JobId(id),
             due_ms,

@@ -176,25 +176,7 @@ mod tests {
     use crate::store::bucket::Patch;
 
     fn job(id: u64, due_ms: u64) -> StoredJob {
-        StoredJob {
-            id: JobId(id),
-            due_ms,
-            created_ms: 1,
-            tenant: 0,
-            shard: 0,
-            flags: 0,
-            max_attempts: 0,
-            attempt: 0,
-            leased: false,
-            crashes_seen: 0,
-            failures: 0,
-            dead: None,
-            backoff: None,
-            last_error: None,
-            key: None,
-            recurring: None,
-            payload: id.to_le_bytes().to_vec(),
-        }
+        crate::store::bucket::tests::job(id, due_ms, &id.to_le_bytes())
     }
 
     /// Runs of operations `(kind, pick, due)`, turned into entries by [`entries`].
