@@ -49,8 +49,6 @@
 //! `Put`, a change that touches no failure as a `Patch`: the kinds 4 and 5 carry the rest (a
 //! dead job stays in its bucket, in the dead-letter set, until purged).
 
-use super::loaded::BucketJobs;
-
 use crate::job::JobId;
 use crate::record::{put_u64, u16_at, u32_at, u64_at};
 
@@ -723,14 +721,10 @@ fn decode_patch2(body: &[u8], crashes: u32) -> Result<Patch, &'static str> {
     )
 }
 
-/// The entries of a merged run: every job a `Put`, in due order (ties in id order).
-pub(crate) fn merged_entries(jobs: BucketJobs) -> Vec<Entry> {
-    jobs.into_due_entries()
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::store::loaded::BucketJobs;
 
     /// A plain job (no fate), for the store's tests.
     pub(crate) fn job(id: u64, due_ms: u64, payload: &[u8]) -> StoredJob {
@@ -1024,7 +1018,7 @@ pub(crate) mod tests {
             }),
         ])
         .unwrap();
-        let merged = merged_entries(jobs.clone());
+        let merged = jobs.clone().into_due_entries();
         let order: Vec<u64> = merged.iter().map(|e| e.id().0).collect();
         assert_eq!(order, [1, 3]);
         assert_eq!(jobs.get(JobId(1)).unwrap().attempt, 3);

@@ -28,9 +28,7 @@ use timewheel_wal::format::FLAG_SKIPPABLE;
 use timewheel_wal::storage::Storage;
 use timewheel_wal::{Lsn, Wal};
 
-use super::bucket::{
-    self, Entry, Fate, Patch, StoredJob, encode_run, merged_entries, run_file_name,
-};
+use super::bucket::{self, Entry, Fate, Patch, StoredJob, encode_run, run_file_name};
 use super::manifest::{Manifest, RunRef};
 use super::{
     Locator, bucket_of, corrupted, home_bucket, load_bucket, replace_manifest, sync_dir, write_new,
@@ -654,7 +652,7 @@ fn fold<S: Storage>(
             doomed.extend(entry.runs.drain(..).map(|r| (bucket, r)));
             report.buckets_merged += u64::from(jobs_after > 0);
             report.buckets_dropped += u64::from(jobs_after == 0);
-            (merged_entries(jobs), min.unwrap_or(0))
+            (jobs.into_due_entries(), min.unwrap_or(0))
         } else {
             entry.keyed = entry.keyed.saturating_add(keyed_puts);
             let min = match (entry.runs.is_empty(), min_due) {

@@ -5,8 +5,8 @@
 //! `reschedule`. Its oldest run is usually most of it and is already in due order (a merge
 //! writes one), so the jobs are kept in the order their puts came, with an index by id for the
 //! patches and deletes stacked on them: each entry costs a hash probe, never a tree insert
-//! that moves its neighbours, and [`BucketJobs::into_due_order`] sorts input that is mostly
-//! sorted already (one ascending stretch per run).
+//! that moves its neighbours, and [`BucketJobs::into_due_entries`] finds the due order on
+//! small keys and then moves each job once.
 
 use std::collections::HashMap;
 
