@@ -121,6 +121,16 @@ pub struct Config {
     /// often: each such merge follows new records worth `percent - 100` of the live bytes it
     /// rewrites. At least 100; default 150.
     pub bucket_space_percent_max: u32,
+    /// A journal segment still appended to is sealed by the next compaction pass once it has
+    /// held records for this many milliseconds (as the engine's clock counts, from the first
+    /// pass that saw it hold one), so that its records are folded into the buckets though it
+    /// is far from full: the jobs they finish leave the disk, and the next open replays less.
+    /// A quiet engine otherwise keeps them until the segment fills, which at low traffic may
+    /// take days. Each seal starts the next segment's file (a
+    /// [`Config::segment_bytes`](Config#structfield.segment_bytes) preallocation), so keep it
+    /// to minutes. 0: only full segments are sealed. Default 10 minutes; otherwise at least a
+    /// second.
+    pub seal_after_ms: u64,
     /// How far ahead the engine keeps jobs in memory, in milliseconds. A job due later costs
     /// no memory once compaction has folded it into its hour bucket's files: the engine keeps
     /// it on disk (a `cancel`, `reschedule` or `get` reads it from there) and loads its bucket
@@ -198,6 +208,7 @@ impl Config {
             compact_segments_max: 4,
             bucket_runs_max: 16,
             bucket_space_percent_max: 150,
+            seal_after_ms: 10 * 60_000,
             horizon_ms: 3 * HOUR_MS,
             verify_buckets_at_open: false,
             no_space_retry_ms: 100,
@@ -255,6 +266,12 @@ impl Config {
             return bad(
                 "bucket_space_percent_max",
                 "at least 100 (a bucket holds its live jobs' bytes at least)",
+            );
+        }
+        if self.seal_after_ms != 0 && self.seal_after_ms < 1000 {
+            return bad(
+                "seal_after_ms",
+                "0 (seal full segments only) or at least 1000 (each seal starts a segment file)",
             );
         }
         // Ids name their home bucket modulo 2^20 hours; keep a past window of 19 years in
@@ -435,6 +452,12 @@ impl Config {
     /// Sets [`Config::bucket_runs_max`](Config#structfield.bucket_runs_max).
     pub fn bucket_runs_max(mut self, bucket_runs_max: usize) -> Self {
         self.bucket_runs_max = bucket_runs_max;
+        self
+    }
+
+    /// Sets [`Config::seal_after_ms`](Config#structfield.seal_after_ms).
+    pub fn seal_after_ms(mut self, seal_after_ms: u64) -> Self {
+        self.seal_after_ms = seal_after_ms;
         self
     }
 

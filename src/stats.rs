@@ -117,6 +117,9 @@ pub struct StoreStats {
     pub records_folded: u64,
     /// Journal segments deleted since open.
     pub segments_deleted: u64,
+    /// Journal segments sealed before they were full since open, because they had held
+    /// records for [`Config::seal_after_ms`](crate::Config#structfield.seal_after_ms).
+    pub segments_sealed_early: u64,
     /// Bytes freed since open: journal segments deleted, and runs merged or dropped.
     pub bytes_reclaimed: u64,
     /// Bytes of run files written since open.

@@ -166,3 +166,28 @@ fn a_bucket_space_bound_under_its_live_jobs_is_refused_before_touching_the_disk(
         assert!(disk.live_names().is_empty());
     }
 }
+
+/// `Config::seal_after_ms` between 0 and a second (a segment file started for every few
+/// records): a typed error naming the field, and nothing on disk; 0 (never) and 1000 are
+/// accepted.
+#[test]
+fn a_seal_bound_under_a_second_is_refused_before_touching_the_disk() {
+    for (ms, ok) in [(1, false), (999, false), (0, true), (1000, true)] {
+        let disk = FaultDisk::new(65);
+        let r = timewheel::Engine::open_on(
+            disk.storage(),
+            config().seal_after_ms(ms),
+            std::sync::Arc::new(ManualClock::new(T0)),
+        );
+        if ok {
+            r.expect("a valid bound").close().unwrap();
+            continue;
+        }
+        assert!(
+            matches!(&r, Err(Error::InvalidInput { field, .. }) if *field == "seal_after_ms"),
+            "seal_after_ms = {ms}: {:?}",
+            r.err()
+        );
+        assert!(disk.live_names().is_empty());
+    }
+}

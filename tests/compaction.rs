@@ -377,3 +377,58 @@ fn a_mostly_finished_bucket_is_rewritten_to_its_live_jobs() {
     assert_eq!(view(&engine, &ids), before, "reopened from the merged run");
     assert_eq!(engine.recovery().bucket_jobs, keep.len() as u64);
 }
+
+/// A segment that fills slowly is sealed by the first pass after it has held records for
+/// `Config::seal_after_ms`, so the jobs its records finish leave the bucket files, and the
+/// next open replays nothing of them, without waiting for it to fill. With 0 they wait.
+#[test]
+fn a_slowly_filled_segment_is_sealed_after_its_bound_and_its_finishes_folded() {
+    for seal_after_ms in [0, 60_000] {
+        let disk = FaultDisk::new(13);
+        let clock = ManualClock::new(T0);
+        let mut config = small_segments();
+        config.seal_after_ms = seal_after_ms;
+        config.horizon_ms = 10 * HOUR;
+        let engine =
+            Engine::open_on(disk.storage(), config.clone(), Arc::new(clock.clone())).unwrap();
+        let due = T0 + 5 * HOUR;
+        let ids = engine
+            .schedule_batch((0..200u64).map(|i| JobSpec::at(due + i).payload([7u8; 32])))
+            .unwrap();
+        let (keep, finish) = ids.split_at(20);
+        engine.cancel_batch(finish).unwrap();
+        let before = view(&engine, &ids);
+        // The first pass sees the segment hold records; the bound counts from there.
+        assert_eq!(compact_all(&engine), 0);
+        clock.advance(seal_after_ms.max(1) - 1);
+        assert_eq!(compact_all(&engine), 0, "sealed before its bound");
+        clock.advance(1);
+        let folded = compact_all(&engine);
+        let s = engine.store_stats();
+        if seal_after_ms == 0 {
+            assert_eq!((folded, s.bucket_jobs, s.segments_sealed_early), (0, 0, 0));
+        } else {
+            assert!(folded > ids.len() as u64, "{folded} records folded");
+            assert_eq!(s.segments_sealed_early, 1, "{s:?}");
+            assert_eq!(s.bucket_jobs, keep.len() as u64, "{s:?}");
+            assert_eq!(s.journal_segments, 1, "the sealed segment is deleted: {s:?}");
+            // Nothing new since: the empty segment is not sealed again.
+            clock.advance(10 * seal_after_ms);
+            assert_eq!(compact_all(&engine), 0);
+            assert_eq!(engine.store_stats().segments_sealed_early, 1);
+        }
+        assert_eq!(view(&engine, &ids), before);
+        engine.close().unwrap();
+
+        let engine = Engine::open_on(disk.storage(), config, Arc::new(clock.clone())).unwrap();
+        assert_eq!(view(&engine, &ids), before);
+        let r = engine.recovery();
+        if seal_after_ms == 0 {
+            assert!(r.records > ids.len() as u64, "{r:?}");
+        } else {
+            // Only the close's own record is replayed.
+            assert_eq!((r.bucket_jobs, r.records), (keep.len() as u64, 1), "{r:?}");
+        }
+        engine.close().unwrap();
+    }
+}

@@ -210,6 +210,7 @@ impl Totals {
                 t.tenant_limited += r.tenant_limited;
                 t.fed += r.fed;
                 t.memory_checks += r.memory_checks;
+                t.early_seals += r.early_seals;
                 t.memory_unreadable += r.memory_unreadable;
                 t.far_held += r.far_held;
                 self.recurring_seeds += u64::from(r.nexts > 0);
@@ -321,8 +322,8 @@ fn seeds() {
     );
     eprintln!(
         "memory: {} passes checked ({} skipped, the journal unreadable), {} far jobs held, each \
-         with a record the pass did not fold",
-        l.memory_checks, l.memory_unreadable, l.far_held
+         with a record the pass did not fold; {} segments sealed early",
+        l.memory_checks, l.memory_unreadable, l.far_held, l.early_seals
     );
     assert!(
         t.failures.is_empty(),

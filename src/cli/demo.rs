@@ -6,7 +6,8 @@
 //! Part 2 schedules jobs due in one second in a child process, kills it (SIGKILL, a real
 //! crash), waits past their due time, reopens, and shows every missed job replayed.
 //! Part 3 compacts part 1's directory: every job there finished, so its journal shrinks to the
-//! segment being appended to, no bucket is left, and a reopen replays almost nothing.
+//! segment being appended to; a second later a pass seals that one too, no bucket is left,
+//! and a reopen replays almost nothing.
 
 use std::error::Error;
 use std::path::PathBuf;
@@ -342,7 +343,11 @@ fn recovery_part(args: &DemoArgs, dir: &std::path::Path) -> DynResult<()> {
 
 fn compaction_part(dir: &std::path::Path) -> DynResult<()> {
     let mib = |b: u64| b as f64 / f64::from(1 << 20);
-    let engine = Engine::open(Config::new(dir))?;
+    // The segment still appended to is sealed once it has held records for a second (the
+    // default waits ten minutes), so that its completions are folded too.
+    let seal_after = Duration::from_secs(1);
+    let config = || Config::new(dir).seal_after_ms(seal_after.as_millis() as u64);
+    let engine = Engine::open(config())?;
     let before = engine.store_stats();
     let replayed_before = engine.recovery().records;
     println!(
@@ -351,21 +356,23 @@ fn compaction_part(dir: &std::path::Path) -> DynResult<()> {
         before.journal_segments,
         mib(before.journal_bytes)
     );
-    let started = Instant::now();
-    let mut folded = 0;
-    loop {
-        let pass = engine.compact()?;
-        if pass.records == 0 {
-            break;
+    let compact_all = || -> DynResult<u64> {
+        let mut folded = 0;
+        loop {
+            let pass = engine.compact()?;
+            if pass.records == 0 {
+                return Ok(folded);
+            }
+            folded += pass.records;
         }
-        folded += pass.records;
-    }
+    };
+    let started = Instant::now();
+    let folded = compact_all()?;
     let elapsed = started.elapsed();
     let after = engine.store_stats();
     println!(
         "   folded {folded} records in {:.0} ms ({:.1} M records/s): {} journal segments \
-         deleted, {:.0} MiB reclaimed; {} bucket(s) on disk hold {} jobs whose completions are \
-         in the segment still appended to (folded once it is sealed)",
+         deleted, {:.0} MiB reclaimed; {} bucket(s) on disk hold {} jobs",
         elapsed.as_secs_f64() * 1e3,
         folded as f64 / elapsed.as_secs_f64().max(1e-9) / 1e6,
         after.segments_deleted,
@@ -373,9 +380,28 @@ fn compaction_part(dir: &std::path::Path) -> DynResult<()> {
         after.buckets,
         after.bucket_jobs
     );
+    // The first pass saw the segment still appended to hold records; a pass once it has for a
+    // second seals and folds it (during the passes above, if they took that long).
+    let after = if after.segments_sealed_early == 0 {
+        std::thread::sleep(seal_after.saturating_sub(started.elapsed()));
+        compact_all()?;
+        engine.store_stats()
+    } else {
+        after
+    };
+    println!(
+        "   {} segment sealed early: the one appended to, by a pass once it had held records \
+         for {} s (Config::seal_after_ms, default 10 min), and folded: {} bucket(s) left \
+         holding {} jobs, {} dropped whole",
+        after.segments_sealed_early,
+        seal_after.as_secs(),
+        after.buckets,
+        after.bucket_jobs,
+        after.buckets_dropped
+    );
     engine.close()?;
     let reopened_at = Instant::now();
-    let engine = Engine::open(Config::new(dir))?;
+    let engine = Engine::open(config())?;
     let open_elapsed = reopened_at.elapsed();
     let store = engine.store_stats();
     // Where the open's time went: the log's own part, and the buckets' files, read whole
@@ -399,6 +425,13 @@ fn compaction_part(dir: &std::path::Path) -> DynResult<()> {
         return Err(
             "compaction did not shrink the log of a directory whose jobs all finished".into(),
         );
+    }
+    if after.bucket_jobs > 0 {
+        return Err(format!(
+            "{} finished jobs are still in the buckets after their segment was sealed",
+            after.bucket_jobs
+        )
+        .into());
     }
     Ok(())
 }

@@ -38,6 +38,9 @@ pub(crate) struct StoreState {
     /// Buckets below this one are resident (their jobs are in memory); buckets from it on are
     /// kept on disk, their jobs loaded when the horizon reaches them.
     pub resident_below: u64,
+    /// The segment appended to, and when (engine clock, ms) a pass first saw it hold records:
+    /// it is sealed `Config::seal_after_ms` later.
+    pub holding_since: Option<(u64, u64)>,
 }
 
 impl StoreState {
@@ -50,6 +53,7 @@ impl StoreState {
             stop: false,
             damage: None,
             resident_below,
+            holding_since: None,
         }
     }
 }
@@ -70,6 +74,7 @@ impl Shared {
             runs_max: self.config.bucket_runs_max,
             space_percent_max: self.config.bucket_space_percent_max,
         };
+        self.seal_if_held_long(&mut store)?;
         let Some(fold_to) = compact::fold_point(&self.wal, &store.manifest, limits) else {
             return Ok(None);
         };
@@ -163,6 +168,50 @@ impl Shared {
             Err(failed) => {
                 Err(self.compaction_failed(&mut store, failed.error, failed.manifest_known))
             }
+        }
+    }
+
+    /// Seals the journal segment being appended to once it has held records for
+    /// `Config::seal_after_ms`, so that this pass folds them. A full disk only puts the seal
+    /// off (the pass may free room); any other failure poisoned the log and ends the pass.
+    fn seal_if_held_long(&self, store: &mut StoreState) -> Result<()> {
+        let after = self.config.seal_after_ms;
+        if after == 0 {
+            return Ok(());
+        }
+        let active = *self.wal.segments().last().expect("the log has a segment");
+        if active.last_lsn < active.first_lsn {
+            store.holding_since = None;
+            return Ok(());
+        }
+        let now = self.clock.now_ms();
+        let since = match store.holding_since {
+            Some((id, since)) if id == active.id => since,
+            _ => {
+                store.holding_since = Some((active.id, now));
+                return Ok(());
+            }
+        };
+        if now.saturating_sub(since) < after {
+            return Ok(());
+        }
+        match self.wal.roll_now() {
+            Ok(rolled) => {
+                store.holding_since = None;
+                if rolled {
+                    store.totals.segments_sealed_early += 1;
+                    tracing::debug!(
+                        segment = active.id,
+                        records = active.last_lsn + 1 - active.first_lsn,
+                        held_ms = now - since,
+                        "sealed a journal segment before it was full"
+                    );
+                }
+                Ok(())
+            }
+            // The log logged it (at most once a second); the seal is tried at the next pass.
+            Err(timewheel_wal::Error::NoSpace { .. }) => Ok(()),
+            Err(e) => Err(self.compaction_failed(store, e.into(), true)),
         }
     }
 

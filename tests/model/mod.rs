@@ -601,6 +601,8 @@ pub struct Tally {
     pub memory_unreadable: u64,
     /// ... and the far jobs memory held at them (each with a record the pass did not fold).
     pub far_held: u64,
+    /// Journal segments a compaction pass sealed before they were full.
+    pub early_seals: u64,
 }
 
 /// The oracle.

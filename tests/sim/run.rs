@@ -195,6 +195,13 @@ impl Sim {
             1 => 3 * 3_600_000,
             _ => 366 * ops::DAY_MS,
         };
+        // Also from the id block: segments sealed only when full, or also once they have held
+        // records a second (nearly every pass after a clock step seals), or ten minutes.
+        c.seal_after_ms = match (self.model.id_block / 3) % 3 {
+            0 => 0,
+            1 => 1_000,
+            _ => 600_000,
+        };
         c.misfire_threshold_ms = self.feat.misfire_threshold_ms;
         if let Some(f) = &self.feat.fair {
             c.fair_tenants = true;
@@ -599,8 +606,11 @@ impl Sim {
                 // Invisible to the model: what the engine holds and reports must not change,
                 // whether the pass succeeds or a fault stops it part-way (the oracle checks
                 // both after this step, and after every later crash and reopen).
-                let passes_before = live.engine.store_stats().compactions;
+                let before = live.engine.store_stats();
+                let passes_before = before.compactions;
                 let r = live.engine.compact();
+                self.model.tally.early_seals += live.engine.store_stats().segments_sealed_early
+                    - before.segments_sealed_early;
                 self.trace
                     .event(&[80, r.as_ref().map_or(u64::MAX, |c| c.records)]);
                 if r.is_ok()

@@ -502,6 +502,44 @@ impl<S: Storage> Wal<S> {
         self.shared.ensure_next(id, &mut made)
     }
 
+    /// Seals the segment being appended to, if it holds a record, and goes on in the next one:
+    /// its records become durable (one group-commit round) and then never change, so a reader
+    /// of sealed segments (a compactor) may take them. Returns whether it rolled (`false`: the
+    /// segment holds no record, nothing done). For a log whose segment fills slowly, so that
+    /// its records need not wait for it to fill; each roll starts a new file of
+    /// [`WalOptions::segment_bytes`](crate::WalOptions::segment_bytes), so call it minutes
+    /// apart, not for every record.
+    ///
+    /// `NoSpace` if the next segment's file can not be made (nothing changes); a failed sync
+    /// poisons the log as an append's would.
+    pub fn roll_now(&self) -> Result<bool, Error> {
+        let sh = &*self.shared;
+        let mut guard = lock(&sh.log);
+        let log = &mut *guard;
+        if log.closed {
+            return Err(Error::Closed);
+        }
+        if sh.commit.is_poisoned() {
+            return Err(Error::Poisoned);
+        }
+        let current = log.current();
+        if current.last_lsn < current.first_lsn {
+            return Ok(false);
+        }
+        let id = current.id + 1;
+        let mut made = Vec::new();
+        if let Err(e) = sh.ensure_next(id, &mut made) {
+            sh.warn_preallocate(id, &e);
+            return Err(e);
+        }
+        debug_assert!(
+            log.scratch.is_empty(),
+            "every append flushes before it returns"
+        );
+        sh.roll(log)?;
+        Ok(true)
+    }
+
     /// Poisons the log as a failed sync of its own would: every waiter gets
     /// [`Error::Poisoned`], and nothing more is acknowledged. For a caller whose own sync of a
     /// file beside the log failed (a compactor's), so that nothing is acknowledged after a

@@ -1,5 +1,5 @@
 //! Crashes on the fault-injecting disk: a seeded workload (singles, batches, no-wait appends,
-//! syncs, segment rolls and deletes) runs for several lives, each ended by a random power cut
+//! syncs, segment rolls when full and when asked, and deletes) runs for several lives, each ended by a random power cut
 //! while the log is still open. After every crash, recovery must keep every record that was
 //! acknowledged durable, return a gap-free prefix of what was written, and never bring back a
 //! stale record from an earlier life of a segment (bodies are unique per life). With media
@@ -83,7 +83,7 @@ fn check(
 fn live(wal: &Wal<FaultStorage>, rng: &mut SimRng, life: usize, written: &mut Vec<Vec<u8>>) -> u64 {
     let mut acked = wal.durable_lsn();
     for _ in 0..rng.between(0, 40) {
-        match rng.below(10) {
+        match rng.below(11) {
             0..=4 => {
                 let b = body(rng, life, written.len());
                 let lsn = wal.append(1, &b).unwrap();
@@ -112,6 +112,13 @@ fn live(wal: &Wal<FaultStorage>, rng: &mut SimRng, life: usize, written: &mut Ve
                 }
             }
             8 => acked = wal.sync().unwrap(),
+            9 => {
+                // A segment sealed before it is full (or none, when the one appended to is
+                // empty): either way everything written is durable after.
+                wal.roll_now().unwrap();
+                acked = written.len() as u64;
+                assert_eq!(wal.durable_lsn(), acked, "a roll leaves nothing unsynced");
+            }
             _ => {
                 let below = rng.between(0, written.len() as u64 + 1);
                 wal.delete_segments_below(below).unwrap();
