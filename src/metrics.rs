@@ -30,6 +30,7 @@
 //! | `timewheel_wal_syncs_total` | counter | group-commit syncs since open |
 //! | `timewheel_wal_sync_seconds_bucket{le}`, `_sum`, `_count` | counter | sync durations since open, as a Prometheus histogram (`histogram_quantile` works on it) |
 //! | `timewheel_wal_rolls_total` | counter | journal segment rolls since open |
+//! | `timewheel_journal_sealed_early_total` | counter | of them, segments sealed before they were full because they had held records for `Config::seal_after_ms` |
 //! | `timewheel_store_bytes{part}` | gauge | bytes on disk: `journal`, `buckets` |
 //! | `timewheel_journal_segments` | gauge | journal segment files |
 //! | `timewheel_buckets`, `timewheel_bucket_files` | gauge | hour buckets on disk, and their run files |
@@ -136,6 +137,7 @@ pub fn publish(stats: &Stats, store: &StoreStats, log: &LogStats) {
     gauge!("timewheel_bucket_files").set(store.bucket_files as f64);
     gauge!("timewheel_bucket_jobs").set(store.bucket_jobs as f64);
     gauge!("timewheel_jobs_non_resident").set(store.non_resident as f64);
+    counter!("timewheel_journal_sealed_early_total").absolute(store.segments_sealed_early);
     counter!("timewheel_compactions_total").absolute(store.compactions);
     counter!("timewheel_compaction_records_total").absolute(store.records_folded);
     counter!("timewheel_compaction_reclaimed_bytes_total").absolute(store.bytes_reclaimed);
@@ -229,6 +231,11 @@ fn describe() {
         "timewheel_jobs_non_resident",
         Unit::Count,
         "Scheduled jobs kept on disk only, beyond the resident horizon."
+    );
+    describe_counter!(
+        "timewheel_journal_sealed_early_total",
+        Unit::Count,
+        "Journal segments sealed before they were full (Config::seal_after_ms) since open."
     );
     describe_counter!(
         "timewheel_compactions_total",

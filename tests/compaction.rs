@@ -411,7 +411,10 @@ fn a_slowly_filled_segment_is_sealed_after_its_bound_and_its_finishes_folded() {
             assert!(folded > ids.len() as u64, "{folded} records folded");
             assert_eq!(s.segments_sealed_early, 1, "{s:?}");
             assert_eq!(s.bucket_jobs, keep.len() as u64, "{s:?}");
-            assert_eq!(s.journal_segments, 1, "the sealed segment is deleted: {s:?}");
+            assert_eq!(
+                s.journal_segments, 1,
+                "the sealed segment is deleted: {s:?}"
+            );
             // Nothing new since: the empty segment is not sealed again.
             clock.advance(10 * seal_after_ms);
             assert_eq!(compact_all(&engine), 0);

@@ -609,8 +609,8 @@ impl Sim {
                 let before = live.engine.store_stats();
                 let passes_before = before.compactions;
                 let r = live.engine.compact();
-                self.model.tally.early_seals += live.engine.store_stats().segments_sealed_early
-                    - before.segments_sealed_early;
+                self.model.tally.early_seals +=
+                    live.engine.store_stats().segments_sealed_early - before.segments_sealed_early;
                 self.trace
                     .event(&[80, r.as_ref().map_or(u64::MAX, |c| c.records)]);
                 if r.is_ok()

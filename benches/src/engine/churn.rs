@@ -25,6 +25,8 @@ pub struct Shape {
     /// Of every 10 jobs, how many are cancelled 5 simulated minutes after their schedule (the
     /// order was paid); the others fire, due 6 to 60 minutes after their schedule.
     pub cancelled_of_10: u64,
+    /// `Config::bucket_space_percent_max`, if not the engine's default.
+    pub space_percent_max: Option<u32>,
 }
 
 /// The disk at one moment, right after a compaction.
@@ -133,7 +135,10 @@ const SAMPLE_EVERY_S: u64 = 600;
 pub fn churn(dir: &Path, shape: Shape, mut progress: impl FnMut(&Sample, f64)) -> Churn {
     let clock = ManualClock::new(SIMULATED_START_MS);
     // Compaction by hand each simulated minute; the timer run by hand after each step.
-    let config = Config::new(dir).compact_interval_ms(0);
+    let mut config = Config::new(dir).compact_interval_ms(0);
+    if let Some(percent) = shape.space_percent_max {
+        config = config.bucket_space_percent_max(percent);
+    }
     let engine =
         Engine::open_with_clock(config, Arc::new(clock.clone())).expect("open the churn directory");
     let record_bytes = schedule_record_bytes(&engine, &clock);

@@ -136,20 +136,27 @@ impl Sizes {
 }
 
 /// The churn's shape: `rate` jobs per simulated second for `seconds`, 9 of 10 cancelled, unless
-/// the environment's `CHURN=RATE:SECONDS` says otherwise (the day-long run of the docs is
-/// `CHURN=10000:86400`).
+/// the environment's `CHURN=RATE:SECONDS[:PERCENT]` says otherwise (the day-long run of the
+/// docs is `CHURN=10000:86400`; `PERCENT` sets `Config::bucket_space_percent_max`).
 fn churn_shape(rate: u64, seconds: u64) -> churn::Shape {
-    let (rate, seconds) = std::env::var("CHURN")
+    let (rate, seconds, space_percent_max) = std::env::var("CHURN")
         .ok()
         .and_then(|v| {
-            let (r, s) = v.split_once(':')?;
-            Some((r.parse().ok()?, s.parse().ok()?))
+            let mut parts = v.split(':');
+            let r = parts.next()?.parse().ok()?;
+            let s = parts.next()?.parse().ok()?;
+            let percent = match parts.next() {
+                Some(p) => Some(p.parse().ok()?),
+                None => None,
+            };
+            Some((r, s, percent))
         })
-        .unwrap_or((rate, seconds));
+        .unwrap_or((rate, seconds, None));
     churn::Shape {
         rate,
         seconds,
         cancelled_of_10: 9,
+        space_percent_max,
     }
 }
 
@@ -919,8 +926,8 @@ fn churn_workload(shape: churn::Shape, cx: &Context) -> Workload {
              cancelled 5 minutes after it, the others fired, claimed and completed; compaction \
              every simulated minute. The disk (journal plus bucket files) against the live \
              jobs' schedule records, sampled every 10 simulated minutes after a compaction; \
-             steady means after the first hour. One run; `CHURN=RATE:SECONDS` changes the \
-             shape.",
+             steady means after the first hour. One run; `CHURN=RATE:SECONDS[:PERCENT]` \
+             changes the shape (`PERCENT`: `Config::bucket_space_percent_max`).",
             secs / 60
         ),
         kind: Kind::Other,
