@@ -21,7 +21,7 @@
 //! machine, live and at every open since. It checks what it can (a change of a job no bucket
 //! holds, a run that does not stack) and refuses, rather than guess, with `CorruptedStore`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 use timewheel_wal::format::FLAG_SKIPPABLE;
@@ -34,7 +34,7 @@ use super::{
     Locator, bucket_of, corrupted, home_bucket, load_bucket, replace_manifest, sync_dir, write_new,
 };
 use crate::error::{Error, Result};
-use crate::job::JobId;
+use crate::job::{IdBuild, JobId};
 use crate::record::Event;
 use crate::stats::CompactionReport;
 
@@ -353,7 +353,8 @@ fn fold<S: Storage>(
     // yes, no run came before it).
     next.clean = manifest.clean || manifest.covered_lsn == 0;
     // 1. Net the records per job.
-    let mut tracks: BTreeMap<JobId, Track> = BTreeMap::new();
+    // By id, hashed: the pass's entries are put in order per bucket afterwards.
+    let mut tracks: HashMap<JobId, Track, IdBuild> = HashMap::default();
     let mut iter = wal.iter_from(manifest.covered_lsn + 1);
     while let Some(record) = iter.next_ref() {
         let record = record?;
@@ -694,15 +695,15 @@ fn fold<S: Storage>(
 
 /// The track of job `id`, started from the bucket that holds it if the pass has not seen it.
 fn track<'t>(
-    tracks: &'t mut BTreeMap<JobId, Track>,
+    tracks: &'t mut HashMap<JobId, Track, IdBuild>,
     locator: &Locator,
     manifest: &Manifest,
     id: JobId,
     lsn: Lsn,
 ) -> Result<&'t mut Track> {
     match tracks.entry(id) {
-        std::collections::btree_map::Entry::Occupied(e) => Ok(e.into_mut()),
-        std::collections::btree_map::Entry::Vacant(e) => {
+        std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
+        std::collections::hash_map::Entry::Vacant(e) => {
             let bucket = locator
                 .locate(manifest, id)
                 .ok_or_else(|| Error::UndecodableRecord {
