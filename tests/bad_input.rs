@@ -104,90 +104,70 @@ fn a_bad_config_is_refused_before_touching_the_disk() {
     assert!(disk.live_names().is_empty());
 }
 
-/// `Config::syncs_in_flight` outside 1..=8: a typed error naming the field, and nothing on disk.
-#[test]
-fn syncs_in_flight_out_of_range_is_refused_before_touching_the_disk() {
-    for syncs in [0, 9] {
-        let disk = FaultDisk::new(63);
+/// Opens a fresh fault disk with each config of `cases` (a value and the config holding it):
+/// those marked valid open (and close); the others get a typed error naming `field`, and
+/// nothing is written to the disk.
+fn check_field(field: &str, cases: &[(u64, bool)], with: impl Fn(u64) -> timewheel::Config) {
+    for &(value, valid) in cases {
+        let disk = FaultDisk::new(64);
         let r = timewheel::Engine::open_on(
             disk.storage(),
-            config().syncs_in_flight(syncs),
+            with(value),
             std::sync::Arc::new(ManualClock::new(T0)),
         );
+        if valid {
+            r.unwrap_or_else(|e| panic!("{field} = {value} is valid: {e}"))
+                .close()
+                .unwrap();
+            continue;
+        }
         assert!(
-            matches!(&r, Err(Error::InvalidInput { field, .. }) if *field == "syncs_in_flight"),
-            "syncs_in_flight = {syncs}: {:?}",
+            matches!(&r, Err(Error::InvalidInput { field: f, .. }) if *f == field),
+            "{field} = {value}: {:?}",
             r.err()
         );
         assert!(disk.live_names().is_empty());
     }
 }
 
-/// `Config::write_reach_bytes` that is zero or not a whole number of pages: a typed error
-/// naming the field, and nothing on disk.
+/// `Config::syncs_in_flight` outside 1..=8.
+#[test]
+fn syncs_in_flight_out_of_range_is_refused_before_touching_the_disk() {
+    check_field(
+        "syncs_in_flight",
+        &[(0, false), (9, false), (1, true), (8, true)],
+        |n| config().syncs_in_flight(n as usize),
+    );
+}
+
+/// `Config::write_reach_bytes` that is zero or not a whole number of pages.
 #[test]
 fn a_write_reach_that_is_not_whole_pages_is_refused_before_touching_the_disk() {
-    for reach in [0, 1000, 4097] {
-        let disk = FaultDisk::new(64);
-        let r = timewheel::Engine::open_on(
-            disk.storage(),
-            config().write_reach_bytes(reach),
-            std::sync::Arc::new(ManualClock::new(T0)),
-        );
-        assert!(
-            matches!(&r, Err(Error::InvalidInput { field, .. }) if *field == "write_reach_bytes"),
-            "write_reach_bytes = {reach}: {:?}",
-            r.err()
-        );
-        assert!(disk.live_names().is_empty());
-    }
+    check_field(
+        "write_reach_bytes",
+        &[(0, false), (1000, false), (4097, false), (8192, true)],
+        |bytes| config().write_reach_bytes(bytes),
+    );
 }
 
 /// `Config::bucket_space_percent_max` under 100 (a bucket can not hold less than its live
-/// jobs): a typed error naming the field, and nothing on disk; 100 itself is accepted.
+/// jobs); 100 itself is accepted.
 #[test]
 fn a_bucket_space_bound_under_its_live_jobs_is_refused_before_touching_the_disk() {
-    for (percent, ok) in [(0, false), (99, false), (100, true)] {
-        let disk = FaultDisk::new(64);
-        let r = timewheel::Engine::open_on(
-            disk.storage(),
-            config().bucket_space_percent_max(percent),
-            std::sync::Arc::new(ManualClock::new(T0)),
-        );
-        if ok {
-            r.expect("100 % is a valid bound").close().unwrap();
-            continue;
-        }
-        assert!(
-            matches!(&r, Err(Error::InvalidInput { field, .. }) if *field == "bucket_space_percent_max"),
-            "bucket_space_percent_max = {percent}: {:?}",
-            r.err()
-        );
-        assert!(disk.live_names().is_empty());
-    }
+    check_field(
+        "bucket_space_percent_max",
+        &[(0, false), (99, false), (100, true)],
+        |percent| config().bucket_space_percent_max(percent as u32),
+    );
 }
 
 /// `Config::seal_after_ms` between 0 and a second (a segment file started for every few
-/// records): a typed error naming the field, and nothing on disk; 0 (never) and 1000 are
-/// accepted.
+/// records); 0 (never) and 1000 are accepted.
 #[test]
 fn a_seal_bound_under_a_second_is_refused_before_touching_the_disk() {
-    for (ms, ok) in [(1, false), (999, false), (0, true), (1000, true)] {
-        let disk = FaultDisk::new(65);
-        let r = timewheel::Engine::open_on(
-            disk.storage(),
-            config().seal_after_ms(ms),
-            std::sync::Arc::new(ManualClock::new(T0)),
-        );
-        if ok {
-            r.expect("a valid bound").close().unwrap();
-            continue;
-        }
-        assert!(
-            matches!(&r, Err(Error::InvalidInput { field, .. }) if *field == "seal_after_ms"),
-            "seal_after_ms = {ms}: {:?}",
-            r.err()
-        );
-        assert!(disk.live_names().is_empty());
-    }
+    check_field(
+        "seal_after_ms",
+        &[(1, false), (999, false), (0, true), (1000, true)],
+        |ms| config().seal_after_ms(ms),
+    );
 }
