@@ -90,6 +90,19 @@ struct ServeArgs {
     /// overrides it).
     #[arg(long, value_name = "N", default_value_t = Config::new("").retry.max_attempts)]
     max_attempts: u32,
+    /// How far ahead jobs are kept in memory, in milliseconds: later ones stay in their hour
+    /// bucket's files once compacted (at least an hour).
+    #[arg(long, value_name = "MS", default_value_t = Config::new("").horizon_ms)]
+    horizon_ms: u64,
+    /// How often the compactor folds sealed journal segments into hour buckets, in
+    /// milliseconds (0: never).
+    #[arg(long, value_name = "MS", default_value_t = Config::new("").compact_interval_ms)]
+    compact_interval_ms: u64,
+    /// Seal the journal segment appended to once it has held records this long, in
+    /// milliseconds, so that compaction folds it without waiting for it to fill (0: only full
+    /// segments; otherwise at least 1000).
+    #[arg(long, value_name = "MS", default_value_t = Config::new("").seal_after_ms)]
+    seal_after_ms: u64,
 }
 
 /// Input buffer of `serve`: large enough that a burst of requests is read, and batched, at
@@ -150,6 +163,9 @@ fn run_serve(args: ServeArgs) -> ExitCode {
     let mut config = Config::new(&args.dir);
     config.lease_ms = args.lease_ms;
     config.retry.max_attempts = args.max_attempts;
+    config.horizon_ms = args.horizon_ms;
+    config.compact_interval_ms = args.compact_interval_ms;
+    config.seal_after_ms = args.seal_after_ms;
     if let Some(limit) = args.fair_tenants {
         config = config.fair_tenants(limit);
     }

@@ -717,3 +717,42 @@ fn auto_complete_delivers_each_of_many_jobs_exactly_once() {
     assert!(s.take_events().is_empty());
     assert!(s.finish().success());
 }
+
+#[test]
+fn engine_options_are_taken_and_a_bad_one_is_refused_before_the_directory_is_made() {
+    // The compaction and horizon options reach the engine: a value it refuses ends the
+    // process with a message naming the option's field, and nothing is created.
+    let dir = TempDir::new("options");
+    let data = dir.0.join("never-made");
+    for (flag, value, field) in [
+        ("--seal-after-ms", "5", "seal_after_ms"),
+        ("--horizon-ms", "1000", "horizon_ms"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_timewheel"))
+            .args(["serve", "--dir"])
+            .arg(&data)
+            .args([flag, value])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run timewheel serve");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag} {value}: {stderr}");
+        assert!(stderr.contains(field), "{flag} {value}: {stderr}");
+        assert!(!data.exists(), "{flag} {value} made the directory");
+    }
+    // Valid ones serve as usual.
+    let mut s = Sidecar::start(
+        &data,
+        &[
+            "--seal-after-ms",
+            "1000",
+            "--compact-interval-ms",
+            "100",
+            "--horizon-ms",
+            &HOUR_MS.to_string(),
+        ],
+    );
+    let due_ms = now_ms() + 20;
+    let id = s.schedule(json!({"due_ms": due_ms}));
+    s.fired(&id, 1);
+}
