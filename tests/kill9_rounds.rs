@@ -11,7 +11,10 @@
 //!   the `fired_ms` the sidecar reports); no id is ever handed out twice.
 //!
 //! Requests go one at a time and, now and then, as a burst of completes and cancels written at
-//! once, which the sidecar serves as batches with one sync each.
+//! once, which the sidecar serves as batches with one sync each. A quarter of the lives run
+//! longer, with the compactor every 100 ms and `--seal-after-ms 1000`: their journal segment
+//! is sealed and folded into bucket files while they run, so the kill lands before, during or
+//! after a seal and a compaction pass too.
 //!
 //! `cargo test` runs a few rounds; `KILL_ROUNDS=100 cargo test --release --test kill9_rounds`
 //! runs a campaign (`KILL_SEED` picks the random stream). Timeouts only guard against hangs.
@@ -32,6 +35,10 @@ const GUARD: Duration = Duration::from_secs(30);
 /// The options of every life: a lease longer than the test, so a delivery is never repeated
 /// within a life.
 const LEASE: [&str; 2] = ["--lease-ms", "60000"];
+
+/// The options added for a sealing life: the compactor every 100 ms, and the segment sealed
+/// once it has held records for a second.
+const SEALING: [&str; 4] = ["--compact-interval-ms", "100", "--seal-after-ms", "1000"];
 
 /// What the client was told: the oracle.
 #[derive(Default)]
@@ -56,6 +63,11 @@ struct Oracle {
     /// Deliveries of a job seen delivered before.
     redeliveries: u64,
     violations: Vec<String>,
+    /// Lives run with early seals and frequent compaction.
+    sealing_lives: u64,
+    /// The highest journal segment id seen in the directory after a life: above 1 once a
+    /// segment was sealed (the rounds never fill one).
+    last_segment: u64,
 }
 
 impl Oracle {
@@ -122,9 +134,17 @@ fn target(req: &Value) -> Option<u64> {
 /// of batches the sidecar serves with one sync.
 fn life(dir: &Path, rng: &mut SimRng, oracle: &mut Oracle, tag: &mut u64) {
     oracle.life += 1;
-    let mut sc = Sidecar::start_quiet(dir, &LEASE);
+    let sealing = rng.chance(0.25);
+    let mut args = LEASE.to_vec();
+    let kill_after = if sealing {
+        oracle.sealing_lives += 1;
+        args.extend(SEALING);
+        Duration::from_millis(1_300 + rng.below(1_000))
+    } else {
+        Duration::from_millis(rng.below(400))
+    };
+    let mut sc = Sidecar::start_quiet(dir, &args);
     let pid = sc.pid();
-    let kill_after = Duration::from_millis(rng.below(400));
     let killer = std::thread::spawn(move || {
         std::thread::sleep(kill_after);
         Command::new("kill")
@@ -231,6 +251,14 @@ fn life(dir: &Path, rng: &mut SimRng, oracle: &mut Oracle, tag: &mut u64) {
     }
     killer.join().ok();
     sc.kill();
+    let newest = std::fs::read_dir(dir)
+        .expect("the directory lists")
+        .filter_map(|e| {
+            timewheel_wal::parse_segment_file_name(&e.ok()?.file_name().to_string_lossy())
+        })
+        .max()
+        .unwrap_or(0);
+    oracle.last_segment = oracle.last_segment.max(newest);
 }
 
 fn run_campaign(seed: u64, rounds: u64) {
@@ -280,7 +308,9 @@ fn run_campaign(seed: u64, rounds: u64) {
         oracle.violations
     );
     eprintln!(
-        "kill -9 seed {seed}: {rounds} rounds, {} acked schedules, {} acked cancels/completions, {} redeliveries with a higher attempt, all held",
+        "kill -9 seed {seed}: {rounds} rounds ({} with early seals, journal segment ids up to {}), {} acked schedules, {} acked cancels/completions, {} redeliveries with a higher attempt, all held",
+        oracle.sealing_lives,
+        oracle.last_segment,
         oracle.scheduled.len(),
         oracle.finished.len(),
         oracle.redeliveries
