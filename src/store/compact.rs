@@ -166,21 +166,16 @@ struct Delta {
 
 impl Delta {
     fn into_entries(mut self) -> Vec<Entry> {
-        // The puts' order found on small keys, then each put moved once.
-        let mut order: Vec<(u64, JobId, u32)> = self
-            .puts
-            .iter()
-            .enumerate()
-            .map(|(i, j)| (j.due_ms, j.id, i as u32))
-            .collect();
-        order.sort_unstable();
+        let order = super::loaded::due_order(&self.puts, |j| Some(j));
         let mut puts: Vec<Option<StoredJob>> = self.puts.into_iter().map(Some).collect();
         self.patches.sort_by_key(|p| p.id);
         self.deletes.sort_unstable();
         let mut out = Vec::with_capacity(puts.len() + self.patches.len() + self.deletes.len());
-        out.extend(order.into_iter().map(|(_, _, i)| {
-            Entry::Put(puts[i as usize].take().expect("each put is placed once"))
-        }));
+        out.extend(
+            order
+                .into_iter()
+                .map(|i| Entry::Put(puts[i].take().expect("each put is placed once"))),
+        );
         out.extend(self.patches.into_iter().map(Entry::Patch));
         out.extend(self.deletes.into_iter().map(Entry::Delete));
         out

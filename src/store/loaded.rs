@@ -136,21 +136,13 @@ impl BucketJobs {
     /// is found on small keys (the oldest run's stretch is in order already); each job then
     /// moves once.
     pub fn into_due_entries(mut self) -> Vec<Entry> {
-        let mut order: Vec<(u64, JobId, u32)> = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter_map(|(slot, e)| match e {
-                Entry::Put(job) => Some((job.due_ms, job.id, slot as u32)),
-                _ => None,
-            })
-            .collect();
-        order.sort_unstable();
+        let order = due_order(&self.slots, |e| match e {
+            Entry::Put(job) => Some(job),
+            _ => None,
+        });
         order
             .into_iter()
-            .map(|(_, id, slot)| {
-                std::mem::replace(&mut self.slots[slot as usize], Entry::Delete(id))
-            })
+            .map(|slot| std::mem::replace(&mut self.slots[slot], Entry::Delete(JobId(0))))
             .collect()
     }
 
@@ -164,6 +156,18 @@ impl BucketJobs {
             })
             .collect()
     }
+}
+
+/// The indices of the items of `items` that hold a job (`job`), in the jobs' due order, ties
+/// in id order. Found on 24-byte keys, so that a caller then moves each job once.
+pub(crate) fn due_order<T>(items: &[T], job: impl Fn(&T) -> Option<&StoredJob>) -> Vec<usize> {
+    let mut order: Vec<(u64, JobId, u32)> = items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| job(item).map(|j| (j.due_ms, j.id, i as u32)))
+        .collect();
+    order.sort_unstable();
+    order.into_iter().map(|(_, _, i)| i as usize).collect()
 }
 
 #[cfg(test)]
