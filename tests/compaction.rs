@@ -435,3 +435,40 @@ fn a_slowly_filled_segment_is_sealed_after_its_bound_and_its_finishes_folded() {
         engine.close().unwrap();
     }
 }
+
+/// A seal the disk has no room for (the next segment's file can not be made) puts the seal
+/// off: the pass neither fails nor writes anything, and the first pass once there is room
+/// seals and folds.
+#[test]
+fn a_seal_on_a_full_disk_waits_for_room() {
+    let disk = FaultDisk::new(14);
+    let clock = ManualClock::new(T0);
+    let mut config = small_segments();
+    config.seal_after_ms = 1_000;
+    let engine = Engine::open_on(disk.storage(), config, Arc::new(clock.clone())).unwrap();
+    let ids = engine
+        .schedule_batch((0..50u64).map(|i| JobSpec::at(T0 + 5 * HOUR + i)))
+        .unwrap();
+    engine.cancel_batch(&ids[10..]).unwrap();
+    assert_eq!(
+        compact_all(&engine),
+        0,
+        "the first pass only starts the count"
+    );
+    clock.advance(1_000);
+    disk.set_enospc(true);
+    let names = disk.live_names();
+    assert_eq!(compact_all(&engine), 0);
+    let s = engine.store_stats();
+    assert_eq!(
+        (s.segments_sealed_early, &s.compaction_error),
+        (0, &None),
+        "{s:?}"
+    );
+    assert_eq!(disk.live_names(), names, "nothing made");
+    disk.set_enospc(false);
+    assert!(compact_all(&engine) > 0);
+    let s = engine.store_stats();
+    assert_eq!((s.segments_sealed_early, s.bucket_jobs), (1, 10), "{s:?}");
+    engine.close().unwrap();
+}
