@@ -844,8 +844,10 @@ impl Engine {
     /// Runs one compaction pass now, in the caller's thread: folds the sealed journal
     /// segments (at most `Config::compact_segments_max`) that the hour-bucket files do not
     /// cover yet into them, replaces the manifest, then deletes the folded segments and the
-    /// runs it merged. Does nothing (an all-zero report) when no sealed segment is left to
-    /// fold. The background compactor does the same every `Config::compact_interval_ms`.
+    /// runs it merged. First it seals the segment appended to if that has held records for
+    /// `Config::seal_after_ms` (counted from the first pass that saw it hold one). Does nothing
+    /// (an all-zero report) when no sealed segment is left to fold. The background compactor
+    /// does the same every `Config::compact_interval_ms`.
     ///
     /// ```
     /// # fn main() -> timewheel::Result<()> {
@@ -860,7 +862,8 @@ impl Engine {
     /// let after = engine.store_stats();
     /// assert!(after.journal_segments < before.journal_segments);
     /// // The jobs whose cancels are in the segment still appended to wait in their bucket
-    /// // files until it is sealed and folded; all the others are gone from the disk.
+    /// // files until it is sealed (full, or `Config::seal_after_ms`, 10 minutes, after a
+    /// // pass first saw it hold records) and folded; all the others are gone from the disk.
     /// assert!(after.bucket_jobs < 20_000);
     /// # drop(engine);
     /// # std::fs::remove_dir_all(&dir).ok();
