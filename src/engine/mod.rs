@@ -21,6 +21,7 @@ mod erased;
 mod fair;
 pub use fair::TenantStats;
 mod ids;
+mod job_table;
 mod keys;
 mod recovery;
 mod recurring;

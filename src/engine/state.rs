@@ -16,7 +16,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::table::{
-    Counters, Dead, Extra, ExtraMap, IdSet, Job, JobMap, KeyIndex, KeyOfMap, Payload, key_hash,
+    Counters, Dead, Extra, ExtraMap, IdSet, Job, JobMap, KeyIndex, KeyOfMap, Marks, Payload,
+    key_hash,
 };
 use crate::job::{Claimed, DeadJob, JobId, JobInfo, JobQuery, JobState};
 use crate::record::{
@@ -326,7 +327,7 @@ impl State {
                     self.drop_timer(&job);
                     self.left_ready(id, job.state);
                 }
-                if job.far_copy {
+                if job.far_copy() {
                     self.far_gone.insert(id);
                 }
                 self.count(Some(job.state), None);
@@ -491,6 +492,7 @@ impl State {
                 extra.last_error = None;
                 self.count(Some(job.state), None);
                 self.counters.failed += 1;
+                let far_copy = job.far_copy();
                 self.dead.insert(
                     id,
                     Dead {
@@ -504,7 +506,7 @@ impl State {
                         payload: job.payload,
                         extra,
                         busy: false,
-                        far_copy: job.far_copy,
+                        far_copy,
                     },
                 );
                 Ok(())
@@ -542,7 +544,7 @@ impl State {
                 self.insert_scheduled(id, due_ms, dead.payload, dead.binary, (live, lsn));
                 let job = self.jobs.get_mut(&id).expect("inserted");
                 job.attempt = dead.attempt;
-                job.far_copy = dead.far_copy;
+                job.set_far_copy(dead.far_copy);
                 if !dead.extra.is_empty() {
                     self.extra.insert(id, dead.extra);
                 }
@@ -627,7 +629,7 @@ impl State {
                     self.drop_timer(&job);
                     self.left_ready(id, job.state);
                 }
-                if job.far_copy {
+                if job.far_copy() {
                     self.far_gone.insert(id);
                 }
                 self.count(Some(job.state), None);
@@ -744,7 +746,7 @@ impl State {
             return false;
         }
         if job.state != JobState::Scheduled
-            || job.busy
+            || job.busy()
             || job.lease_open
             || far.leased
             || job.due_ms != far.due_ms
@@ -789,7 +791,7 @@ impl State {
     /// a later pass that has folded every change of it lets memory go of it
     /// (`sweep_far_resident`).
     pub fn held_with_far_copy(&mut self, id: JobId) {
-        self.jobs.get_mut(&id).expect("held").far_copy = true;
+        self.jobs.get_mut(&id).expect("held").set_far_copy(true);
         self.far_resident.insert(id);
     }
 
@@ -805,7 +807,7 @@ impl State {
                 self.far_resident.remove(&id);
                 continue;
             };
-            if !job.far_copy {
+            if !job.far_copy() {
                 self.far_resident.remove(&id);
                 continue;
             }
@@ -840,11 +842,14 @@ impl State {
             return false;
         }
         if let Some(j) = self.jobs.get_mut(&job.id) {
-            j.far_copy = false;
+            j.set_far_copy(false);
             return false;
         }
         self.fault_in(job, true);
-        self.jobs.get_mut(&job.id).expect("loaded").far_copy = false;
+        self.jobs
+            .get_mut(&job.id)
+            .expect("loaded")
+            .set_far_copy(false);
         true
     }
 
@@ -947,8 +952,7 @@ impl State {
                 failures: 0,
                 state: JobState::Scheduled,
                 lease_open: false,
-                busy: false,
-                far_copy: false,
+                marks: Marks::default(),
                 binary,
                 payload,
                 timer,
@@ -967,7 +971,8 @@ impl State {
         self.in_state = [0; 3];
         let mut missed = Vec::new();
         let mut interrupted = 0;
-        for (&id, job) in self.jobs.iter_mut() {
+        let (due, in_state) = (&mut self.due, &mut self.in_state);
+        self.jobs.for_each_mut(|id, job| {
             assert!(job.timer.is_none(), "replay arms no timers");
             // Replay's `Running` means leased in the log.
             let leased = job.state == JobState::Running;
@@ -977,10 +982,10 @@ impl State {
                 missed.push((job.due_ms, id));
             } else {
                 job.state = JobState::Scheduled;
-                job.timer = Some(self.due.insert(job.due_ms, id.0));
-                self.in_state[state_index(JobState::Scheduled)] += 1;
+                job.timer = Some(due.insert(job.due_ms, id.0));
+                in_state[state_index(JobState::Scheduled)] += 1;
             }
-        }
+        });
         // Due order; ties in id order, which is schedule order. Not through the wheel, which
         // would see them all as due "now" and keep no order among them.
         sort_due_order(&mut missed);
@@ -1102,25 +1107,24 @@ impl State {
     /// Whether any of `ids` is being changed by a call appending outside the lock.
     pub fn any_busy(&self, ids: impl IntoIterator<Item = JobId>) -> bool {
         ids.into_iter().any(|id| {
-            self.jobs.get(&id).is_some_and(|j| j.busy) || self.dead.get(&id).is_some_and(|d| d.busy)
+            self.jobs.get(&id).is_some_and(Job::busy) || self.dead.get(&id).is_some_and(|d| d.busy)
         })
     }
 
     /// Marks or unmarks jobs a call appends changes of outside the lock (live or dead).
     pub fn set_busy(&mut self, ids: &[JobId], busy: bool) {
         for id in ids {
-            let flag = match self.jobs.get_mut(id) {
-                Some(job) => &mut job.busy,
-                None => {
-                    &mut self
-                        .dead
-                        .get_mut(id)
-                        .expect("a busy job stays until its call applies")
-                        .busy
-                }
-            };
-            assert_ne!(*flag, busy, "one call at a time changes a job");
-            *flag = busy;
+            if let Some(job) = self.jobs.get_mut(id) {
+                assert_ne!(job.busy(), busy, "one call at a time changes a job");
+                job.set_busy(busy);
+                continue;
+            }
+            let dead = self
+                .dead
+                .get_mut(id)
+                .expect("a busy job stays until its call applies");
+            assert_ne!(dead.busy, busy, "one call at a time changes a job");
+            dead.busy = busy;
         }
     }
 

@@ -24,13 +24,10 @@ pub(crate) struct Job {
     /// the job is `Running`, or its lease ran out in memory (then it is `Ready` again, and the
     /// next cancel, reschedule or claim writes the `Expire` first).
     pub lease_open: bool,
-    /// A live call is appending a change of this job outside the state lock: other calls
-    /// wait for it to be applied before they look at the job (`Shared::settled`).
-    pub busy: bool,
     pub binary: bool,
-    /// A copy of this job is in the files of a bucket beyond the resident horizon: when the job
-    /// goes (finished), that copy must not come back when the bucket is loaded.
-    pub far_copy: bool,
+    /// [`busy`](Job::busy) and [`far_copy`](Job::far_copy), in a byte: the job stays within
+    /// 72 bytes (a slot of the job table with its id, 80).
+    pub marks: Marks,
     pub payload: Payload,
     /// Its entry in the due wheel while `Scheduled`, or in the lease wheel while `Ready`
     /// (the deadline for a claim, after which the id is queued again) or `Running` (the lease).
@@ -41,6 +38,47 @@ pub(crate) struct Job {
     /// that folded the journal only up to an LSN below this has not seen its newest state, so
     /// memory may not let it go (`State::evict`).
     pub lsn: u64,
+}
+
+/// Two rarely set flags of a [`Job`], in a byte.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Marks(u8);
+
+impl Marks {
+    const BUSY: u8 = 1;
+    const FAR_COPY: u8 = 2;
+
+    fn set(&mut self, bit: u8, on: bool) {
+        if on {
+            self.0 |= bit;
+        } else {
+            self.0 &= !bit;
+        }
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<Job>() == 72);
+
+impl Job {
+    /// A live call is appending a change of this job outside the state lock: other calls
+    /// wait for it to be applied before they look at the job (`Shared::settled`).
+    pub fn busy(&self) -> bool {
+        self.marks.0 & Marks::BUSY != 0
+    }
+
+    pub fn set_busy(&mut self, busy: bool) {
+        self.marks.set(Marks::BUSY, busy);
+    }
+
+    /// A copy of this job is in the files of a bucket beyond the resident horizon: when the
+    /// job goes (finished), that copy must not come back when the bucket is loaded.
+    pub fn far_copy(&self) -> bool {
+        self.marks.0 & Marks::FAR_COPY != 0
+    }
+
+    pub fn set_far_copy(&mut self, far_copy: bool) {
+        self.marks.set(Marks::FAR_COPY, far_copy);
+    }
 }
 
 /// What few jobs have: a tenant, a retry policy of their own, a failure's reason, a recurrence.
@@ -141,7 +179,7 @@ pub(crate) struct Counters {
     pub deduplicated: u64,
 }
 
-pub(crate) type JobMap = IdMap<Job>;
+pub(crate) type JobMap = super::job_table::JobTable;
 pub(crate) type ExtraMap = IdMap<Extra>;
 /// Each keyed job's key hash ([`key_hash`]), by job: what finds the job's key in [`KeyIndex`].
 pub(crate) type KeyOfMap = IdMap<u64>;
@@ -155,7 +193,7 @@ const SHARD_BITS: u32 = 8;
 pub(crate) const SHARDS: usize = 1 << SHARD_BITS;
 /// The fewest entries [`IdMap::reserve`] makes room for ahead: below it, about 64 a shard,
 /// each shard grows by itself (moving at most a few dozen entries at a time).
-const RESERVE_MIN: usize = SHARDS * 64;
+pub(super) const RESERVE_MIN: usize = SHARDS * 64;
 
 /// Bits of the well-mixed number a shard is picked from (see [`SHARD_OF`]).
 const PICK_BITS: u32 = 12;
@@ -192,9 +230,17 @@ const SHARD_OF: [u8; 1 << PICK_BITS] = {
 /// batch's jobs still share memory runs within their shards; the run mixed by a constant other
 /// than the shard's hash's, and the product's top bits looked up in [`SHARD_OF`].
 #[inline]
-fn shard_of(id: JobId) -> usize {
+pub(super) fn shard_of(id: JobId) -> usize {
     let run = id.seq() >> ID_RUN_BITS;
     usize::from(SHARD_OF[(run.wrapping_mul(0xD6E8_FEB8_6659_FD93) >> (64 - PICK_BITS)) as usize])
+}
+
+/// What shard `shard` of a table reserved for `additional` more entries makes room for: its
+/// part of them (`256 + shard` parts, see [`SHARD_OF`]) with a margin.
+pub(super) fn reserve_in_shard(additional: usize, shard: usize) -> usize {
+    let parts = (SHARDS * SHARDS + (SHARDS - 1) * SHARDS / 2) as u64;
+    let expected = (additional as u64 * (SHARDS + shard) as u64).div_ceil(parts) as usize;
+    expected + expected / 8 + 8
 }
 
 /// A table keyed by job id, split in [`SHARDS`] hash maps that each grow on their own.
@@ -234,19 +280,6 @@ impl<V> IdMap<V> {
     #[inline]
     fn shard_mut(&mut self, id: &JobId) -> &mut HashMap<JobId, V, IdBuild> {
         &mut self.shards[shard_of(*id)]
-    }
-
-    /// An empty table with room for `capacity` entries.
-    pub fn with_capacity(capacity: usize) -> Self {
-        let mut map = Self::default();
-        if capacity > 0 {
-            map.reserve(capacity);
-        }
-        map
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
     }
 
     #[inline]
@@ -295,38 +328,25 @@ impl<V> IdMap<V> {
         shard.entry(id).or_default()
     }
 
-    /// Room for `additional` more entries, spread over the shards as ids spread over them
-    /// (shard `i` takes `256 + i` parts, see [`SHARD_OF`]; with a margin), so that none of
-    /// them grows while they arrive.
-    pub fn reserve(&mut self, additional: usize) {
-        // A small table grows in small steps that stop nobody; reserving would allocate all
-        // 256 shards (what every open of a small directory did, a twentieth of its time).
-        if additional < RESERVE_MIN {
-            return;
-        }
-        let parts = (SHARDS * SHARDS + (SHARDS - 1) * SHARDS / 2) as u64;
-        for (i, shard) in self.shards.iter_mut().enumerate() {
-            let expected = (additional as u64 * (SHARDS + i) as u64).div_ceil(parts) as usize;
-            shard.reserve(expected + expected / 8 + 8);
-        }
-    }
-
-    /// The entries of shard `shard` (below [`SHARDS`]).
-    pub fn shard_iter(&self, shard: usize) -> impl Iterator<Item = (&JobId, &V)> {
-        self.shards[shard].iter()
-    }
-
     /// Every entry, shard by shard (in no particular order, as a `HashMap`'s).
     pub fn iter(&self) -> impl Iterator<Item = (&JobId, &V)> {
         self.shards.iter().flat_map(HashMap::iter)
     }
 
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&JobId, &mut V)> {
-        self.shards.iter_mut().flat_map(HashMap::iter_mut)
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.len
     }
 
-    pub fn values(&self) -> impl Iterator<Item = &V> {
-        self.shards.iter().flat_map(HashMap::values)
+    /// Room for `additional` more entries, as [`JobTable::reserve`](super::job_table::JobTable)
+    /// makes: the model of its hash tables in its tests.
+    #[cfg(test)]
+    pub fn reserve(&mut self, additional: usize) {
+        if additional >= RESERVE_MIN {
+            for (i, shard) in self.shards.iter_mut().enumerate() {
+                shard.reserve(reserve_in_shard(additional, i));
+            }
+        }
     }
 }
 
@@ -625,62 +645,7 @@ mod tests {
         let mut expected: Vec<(JobId, u64)> = model.into_iter().collect();
         expected.sort();
         assert_eq!(all, expected, "iteration visits every entry once");
-        assert_eq!(map.values().count(), map.len());
-    }
-
-    /// A table reserved for `n` entries takes `n` consecutive ids without any shard growing
-    /// (what replay relies on: an open reserves the table for the jobs it replays).
-    #[test]
-    fn a_reserved_table_takes_its_entries_without_growing() {
-        const N: u64 = 300_000;
-        let mut map: IdMap<()> = IdMap::with_capacity(N as usize);
-        let before: Vec<usize> = map.shards.iter().map(HashMap::capacity).collect();
-        for seq in 0..N {
-            map.insert(JobId::compose(seq, 493_000), ());
-        }
-        let after: Vec<usize> = map.shards.iter().map(HashMap::capacity).collect();
-        assert_eq!(before, after, "no shard grew");
-    }
-
-    /// What the sharding is for: no insert moves more than a small part of the table, and the
-    /// moves are spread over the inserts. Counted in entries moved (a shard's growth moves its
-    /// entries), not timed: over two million consecutive ids, the largest single growth moves
-    /// under 1 % of the entries, and from half a million on no run of 1 024 inserts (one apply
-    /// of a batch under the state lock) moves more than a 48th of them (at most 21,504 of 1.8M
-    /// here, three shards' growths). One `HashMap` moved every entry at once (55 ms at a
-    /// million jobs, measured); 256 shards filled evenly moved up to 114,688 within 1 024
-    /// inserts (sixteen growths).
-    #[test]
-    fn growth_moves_a_small_part_at_a_time_spread_over_the_inserts() {
-        const WINDOW: u64 = 1024;
-        let mut map: IdMap<()> = IdMap::default();
-        let mut largest_move = 0usize;
-        let mut window: std::collections::VecDeque<(u64, usize)> = Default::default();
-        let mut moved_in_window = 0usize;
-        for seq in 0..2_000_000u64 {
-            let id = JobId::compose(seq, 493_000 + seq / 1_000_000);
-            let shard = shard_of(id);
-            let (before_len, before_cap) = (map.shards[shard].len(), map.shards[shard].capacity());
-            map.insert(id, ());
-            if map.shards[shard].capacity() != before_cap {
-                largest_move = largest_move.max(before_len);
-                window.push_back((seq, before_len));
-                moved_in_window += before_len;
-            }
-            while window.front().is_some_and(|&(at, _)| at + WINDOW <= seq) {
-                moved_in_window -= window.pop_front().expect("front").1;
-            }
-            let total = map.len();
-            assert!(
-                total < 500_000 || moved_in_window * 48 <= total,
-                "{moved_in_window} entries moved within {WINDOW} inserts at {total}"
-            );
-        }
-        assert!(
-            largest_move * 100 < map.len(),
-            "a growth moved {largest_move} of {} entries",
-            map.len()
-        );
+        assert_eq!(map.iter().count(), map.len());
     }
 
     /// A lookup of an id that is not in the table (a job just finished, an unknown id) must

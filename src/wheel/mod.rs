@@ -69,6 +69,7 @@ mod slab;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::num::NonZeroU32;
 
 use block::{BLOCK_ITEMS, Item, Pool, Slot};
 use level::{
@@ -125,20 +126,33 @@ pub fn hour_bucket(due_ms: u64) -> u64 {
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct TimerKey {
     index: u32,
-    generation: u32,
+    /// Never 0: live generations are odd (see `slab.rs`). So an `Option<TimerKey>` takes no
+    /// more room than a key (8 bytes in each job of the engine).
+    generation: NonZeroU32,
+}
+
+/// The key of slab entry `index` at `generation`, which is live and hence odd.
+fn key(index: u32, generation: u32) -> TimerKey {
+    TimerKey {
+        index,
+        generation: NonZeroU32::new(generation).expect("live generations are odd"),
+    }
 }
 
 impl TimerKey {
     /// The key as one `u64`, e.g. to store beside a job.
     pub fn to_u64(self) -> u64 {
-        (u64::from(self.generation) << 32) | u64::from(self.index)
+        (u64::from(self.generation.get()) << 32) | u64::from(self.index)
     }
 
     /// The key that [`to_u64`](Self::to_u64) returned; any other number is a stale key.
     pub fn from_u64(raw: u64) -> Self {
+        // Generation 0 is never live; 2, also even, stands for it.
+        let generation =
+            NonZeroU32::new((raw >> 32) as u32).unwrap_or(NonZeroU32::MIN.saturating_add(1));
         Self {
             index: raw as u32,
-            generation: (raw >> 32) as u32,
+            generation,
         }
     }
 }
@@ -298,15 +312,12 @@ impl<T: Copy> TimingWheel<T> {
             index: taken.index,
             stamp: taken.stamp,
         });
-        TimerKey {
-            index: taken.index,
-            generation: taken.generation,
-        }
+        key(taken.index, taken.generation)
     }
 
     /// Removes a pending timer and returns its value; `None` if the key is stale.
     pub fn cancel(&mut self, key: TimerKey) -> Option<T> {
-        if !self.slab.is_live(key.index, key.generation) {
+        if !self.slab.is_live(key.index, key.generation.get()) {
             return None;
         }
         let (value, _) = self.slab.remove(key.index);
@@ -317,7 +328,7 @@ impl<T: Copy> TimingWheel<T> {
 
     /// Moves a pending timer to `due_ms`, keeping its key; `false` if the key is stale.
     pub fn reschedule(&mut self, key: TimerKey, due_ms: u64) -> bool {
-        if !self.slab.is_live(key.index, key.generation) {
+        if !self.slab.is_live(key.index, key.generation.get()) {
             return false;
         }
         let stamp = self.slab.replace(key.index);
@@ -333,7 +344,7 @@ impl<T: Copy> TimingWheel<T> {
 
     /// Whether the key names a pending timer.
     pub fn contains(&self, key: TimerKey) -> bool {
-        self.slab.is_live(key.index, key.generation)
+        self.slab.is_live(key.index, key.generation.get())
     }
 
     /// The value of a pending timer; `None` if the key is stale.
@@ -705,11 +716,7 @@ impl<T: Copy> TimingWheel<T> {
             self.touched = self.touched.saturating_sub(1);
             if self.slab.is_current(item.index, item.stamp) {
                 let (value, generation) = self.slab.remove(item.index);
-                let key = TimerKey {
-                    index: item.index,
-                    generation,
-                };
-                return Some((key, item.due_ms, value));
+                return Some((key(item.index, generation), item.due_ms, value));
             }
             self.tombstones -= 1;
             self.stats.tombstones_dropped += 1;
