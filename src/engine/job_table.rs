@@ -245,12 +245,12 @@ impl std::ops::Index<&JobId> for JobTable {
 }
 
 #[cfg(test)]
-mod tests {
+mod tests_support {
     use super::*;
-    use crate::engine::table::{IdMap, Payload};
+    use crate::engine::table::Payload;
     use crate::job::JobState;
 
-    fn job(due_ms: u64) -> Job {
+    pub fn job(due_ms: u64) -> Job {
         Job {
             due_ms,
             attempt: 0,
@@ -266,6 +266,13 @@ mod tests {
             lsn: due_ms,
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::job;
+    use super::*;
+    use crate::engine::table::IdMap;
 
     /// The slab's table against an `IdMap` holding the same jobs inline: the same answers to
     /// every call, and the same order of iteration (the simulation's trace depends on it).
