@@ -35,6 +35,10 @@ enum Slot {
 const NO_SLOT: u32 = u32::MAX;
 const _: () = assert!(std::mem::size_of::<Slot>() == 80, "a job and its id");
 
+/// Where a job is in the table ([`JobTable::for_each_mut`]), until the next insert or remove.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct At(u32);
+
 /// The live jobs by id. See the module's documentation.
 pub(crate) struct JobTable {
     /// Per shard (see [`shard_of`]), the slots of its jobs, hashed by the jobs' ids.
@@ -220,14 +224,22 @@ impl JobTable {
         (0..SHARDS).flat_map(|shard| self.shard_iter(shard))
     }
 
-    /// Calls `f` on every job, in [`iter`](Self::iter)'s order.
-    pub fn for_each_mut(&mut self, mut f: impl FnMut(JobId, &mut Job)) {
+    /// Calls `f` on every job, with where it is, in [`iter`](Self::iter)'s order.
+    pub fn for_each_mut(&mut self, mut f: impl FnMut(JobId, At, &mut Job)) {
         for shard in self.shards.iter() {
             for &slot in shard.iter() {
                 let (&id, job) = full_mut(&mut self.chunks, slot);
-                f(id, job);
+                f(id, At(slot), job);
             }
         }
+    }
+
+    /// The job `id` where [`for_each_mut`](Self::for_each_mut) found it, without a lookup;
+    /// no job may have been inserted or removed since. Asserts that the slot holds `id`.
+    pub fn at_mut(&mut self, at: At, id: JobId) -> &mut Job {
+        let (&held, job) = full_mut(&mut self.chunks, at.0);
+        assert_eq!(held, id, "slot {} moved on since it was handed out", at.0);
+        job
     }
 
     pub fn values(&self) -> impl Iterator<Item = &Job> {
@@ -320,11 +332,17 @@ mod tests {
         let theirs: Vec<(JobId, u64)> = model.iter().map(|(&id, &v)| (id, v)).collect();
         assert_eq!(ours, theirs, "the same jobs in the same order");
         let mut visited = Vec::new();
-        table.for_each_mut(|id, j| {
+        let mut places = Vec::new();
+        table.for_each_mut(|id, at, j| {
             j.at_ms = 1;
             visited.push((id, j.due_ms));
+            places.push((id, at));
         });
         assert_eq!(visited, theirs, "for_each_mut visits in iter's order");
+        for &(id, at) in &places {
+            let due_ms = table[&id].due_ms;
+            assert_eq!(table.at_mut(at, id).due_ms, due_ms, "job {id:?}");
+        }
         assert!(table.values().all(|j| j.at_ms == 1));
         // Every job is still whole: no slot was handed out twice.
         for (id, j) in table.iter() {
