@@ -284,7 +284,7 @@ mod tests_support {
 mod tests {
     use super::tests_support::job;
     use super::*;
-    use crate::engine::table::IdMap;
+    use crate::engine::table::{IdMap, xorshift};
 
     /// The slab's table against an `IdMap` holding the same jobs inline: the same answers to
     /// every call, and the same order of iteration (the simulation's trace depends on it).
@@ -292,13 +292,7 @@ mod tests {
     fn the_job_table_answers_and_iterates_as_an_id_map() {
         let mut table = JobTable::default();
         let mut model: IdMap<u64> = IdMap::default();
-        let mut state = 0x0dd0_1234_5678_9abcu64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x0dd0_1234_5678_9abc);
         for step in 0..300_000u64 {
             let r = next();
             let id = JobId::compose(r % 60_000, 493_000 + r % 3);

@@ -566,6 +566,18 @@ impl KeyIndex {
     }
 }
 
+/// A xorshift generator from `seed` (not 0): the random operations of the tables' tests.
+#[cfg(test)]
+pub(crate) fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut state = seed;
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -608,13 +620,7 @@ mod tests {
     fn an_id_map_answers_as_a_hash_map() {
         let mut map: IdMap<u64> = IdMap::default();
         let mut model: HashMap<JobId, u64> = HashMap::new();
-        let mut state = 0x1234_5678_9abc_def0u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x1234_5678_9abc_def0);
         for step in 0..200_000u64 {
             let r = next();
             let id = JobId::compose(r % 50_000, 493_000 + r % 3);
