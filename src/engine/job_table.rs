@@ -71,10 +71,21 @@ fn hash(id: JobId) -> u64 {
     IdBuild::default().hash_one(id)
 }
 
+/// Slot `slot` of `chunks`.
+#[inline]
+fn cell(chunks: &[Box<[Slot]>], slot: u32) -> &Slot {
+    &chunks[(slot >> CHUNK_BITS) as usize][slot as usize & (CHUNK - 1)]
+}
+
+#[inline]
+fn cell_mut(chunks: &mut [Box<[Slot]>], slot: u32) -> &mut Slot {
+    &mut chunks[(slot >> CHUNK_BITS) as usize][slot as usize & (CHUNK - 1)]
+}
+
 /// The job of slot `slot` of `chunks`, which must be full.
 #[inline]
 fn full(chunks: &[Box<[Slot]>], slot: u32) -> (&JobId, &Job) {
-    match &chunks[(slot >> CHUNK_BITS) as usize][slot as usize & (CHUNK - 1)] {
+    match cell(chunks, slot) {
         Slot::Full(id, job) => (id, job),
         Slot::Free(_) => unreachable!("slot {slot} is in a table and free"),
     }
@@ -82,7 +93,7 @@ fn full(chunks: &[Box<[Slot]>], slot: u32) -> (&JobId, &Job) {
 
 #[inline]
 fn full_mut(chunks: &mut [Box<[Slot]>], slot: u32) -> (&JobId, &mut Job) {
-    match &mut chunks[(slot >> CHUNK_BITS) as usize][slot as usize & (CHUNK - 1)] {
+    match cell_mut(chunks, slot) {
         Slot::Full(id, job) => (id, job),
         Slot::Free(_) => unreachable!("slot {slot} is in a table and free"),
     }
@@ -109,8 +120,7 @@ fn take_slot(chunks: &mut Vec<Box<[Slot]>>, free: &mut u32, id: JobId, job: Job)
         *free = base;
     }
     let slot = *free;
-    let cell = &mut chunks[(slot >> CHUNK_BITS) as usize][slot as usize & (CHUNK - 1)];
-    match std::mem::replace(cell, Slot::Full(id, job)) {
+    match std::mem::replace(cell_mut(chunks, slot), Slot::Full(id, job)) {
         Slot::Free(next) => *free = next,
         Slot::Full(..) => unreachable!("slot {slot} is on the free list and full"),
     }
@@ -187,8 +197,8 @@ impl JobTable {
             .find_entry(hash(*id), |&slot| *full(chunks, slot).0 == *id)
             .ok()?;
         let (slot, _) = entry.remove();
-        let cell = &mut self.chunks[(slot >> CHUNK_BITS) as usize][slot as usize & (CHUNK - 1)];
-        let Slot::Full(_, job) = std::mem::replace(cell, Slot::Free(self.free)) else {
+        let freed = Slot::Free(self.free);
+        let Slot::Full(_, job) = std::mem::replace(cell_mut(&mut self.chunks, slot), freed) else {
             unreachable!("slot {slot} is in a table and free");
         };
         self.free = slot;
@@ -257,12 +267,12 @@ impl std::ops::Index<&JobId> for JobTable {
 }
 
 #[cfg(test)]
-mod tests_support {
+mod tests {
     use super::*;
-    use crate::engine::table::Payload;
+    use crate::engine::table::{IdMap, Payload, xorshift};
     use crate::job::JobState;
 
-    pub fn job(due_ms: u64) -> Job {
+    fn job(due_ms: u64) -> Job {
         Job {
             due_ms,
             attempt: 0,
@@ -278,13 +288,6 @@ mod tests_support {
             lsn: due_ms,
         }
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::tests_support::job;
-    use super::*;
-    use crate::engine::table::{IdMap, xorshift};
 
     /// The slab's table against an `IdMap` holding the same jobs inline: the same answers to
     /// every call, and the same order of iteration (the simulation's trace depends on it).

@@ -147,9 +147,9 @@ impl TimerKey {
 
     /// The key that [`to_u64`](Self::to_u64) returned; any other number is a stale key.
     pub fn from_u64(raw: u64) -> Self {
-        // Generation 0 is never live; 2, also even, stands for it.
-        let generation =
-            NonZeroU32::new((raw >> 32) as u32).unwrap_or(NonZeroU32::MIN.saturating_add(1));
+        // Generation 0 is never live: an even one that is not 0 stands for it.
+        const NEVER_LIVE: NonZeroU32 = NonZeroU32::new(2).expect("not 0");
+        let generation = NonZeroU32::new((raw >> 32) as u32).unwrap_or(NEVER_LIVE);
         Self {
             index: raw as u32,
             generation,
