@@ -253,14 +253,12 @@ pub(super) fn reserve_in_shard(additional: usize, shard: usize) -> usize {
 /// multiplication and a table lookup per id, and 8 KiB per table.
 pub(crate) struct IdMap<V> {
     shards: Box<[HashMap<JobId, V, IdBuild>]>,
-    len: usize,
 }
 
 impl<V> Default for IdMap<V> {
     fn default() -> Self {
         IdMap {
             shards: (0..SHARDS).map(|_| HashMap::default()).collect(),
-            len: 0,
         }
     }
 }
@@ -300,20 +298,12 @@ impl<V> IdMap<V> {
     /// Inserts or replaces; the value replaced, if any.
     #[inline]
     pub fn insert(&mut self, id: JobId, value: V) -> Option<V> {
-        let old = self.shard_mut(&id).insert(id, value);
-        if old.is_none() {
-            self.len += 1;
-        }
-        old
+        self.shard_mut(&id).insert(id, value)
     }
 
     #[inline]
     pub fn remove(&mut self, id: &JobId) -> Option<V> {
-        let old = self.shard_mut(id).remove(id);
-        if old.is_some() {
-            self.len -= 1;
-        }
-        old
+        self.shard_mut(id).remove(id)
     }
 
     /// The value of `id`, inserted as `V::default()` if there is none.
@@ -321,11 +311,7 @@ impl<V> IdMap<V> {
     where
         V: Default,
     {
-        let shard = &mut self.shards[shard_of(id)];
-        if !shard.contains_key(&id) {
-            self.len += 1;
-        }
-        shard.entry(id).or_default()
+        self.shards[shard_of(id)].entry(id).or_default()
     }
 
     /// Every entry, shard by shard (in no particular order, as a `HashMap`'s).
@@ -333,9 +319,10 @@ impl<V> IdMap<V> {
         self.shards.iter().flat_map(HashMap::iter)
     }
 
+    /// Entries in all (a sum over the shards: only the tests ask).
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.len
+        self.shards.iter().map(HashMap::len).sum()
     }
 
     /// Room for `additional` more entries, as [`JobTable::reserve`](super::job_table::JobTable)
