@@ -35,7 +35,9 @@ enum Slot {
 const NO_SLOT: u32 = u32::MAX;
 const _: () = assert!(std::mem::size_of::<Slot>() == 80, "a job and its id");
 
-/// Where a job is in the table ([`JobTable::for_each_mut`]), until the next insert or remove.
+/// Where a job is in the table: its slot, the same for as long as the job is in the table
+/// (slots never move). The wheels hold it as their timers' value, so that a fire or a lease
+/// running out reaches its job without a lookup (see [`JobTable::at`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct At(u32);
 
@@ -162,12 +164,20 @@ impl JobTable {
         Some(full_mut(&mut self.chunks, slot).1)
     }
 
+    /// The job `id` and where it is.
+    #[inline]
+    pub fn get_at_mut(&mut self, id: &JobId) -> Option<(At, &mut Job)> {
+        let slot = self.find(*id)?;
+        Some((At(slot), full_mut(&mut self.chunks, slot).1))
+    }
+
     #[inline]
     pub fn contains_key(&self, id: &JobId) -> bool {
         self.find(*id).is_some()
     }
 
     /// Inserts or replaces; the job replaced, if any.
+    #[cfg(test)]
     pub fn insert(&mut self, id: JobId, job: Job) -> Option<Job> {
         let chunks = &self.chunks;
         // `entry`, as `HashMap::insert`: it makes room before it looks for a place, where
@@ -187,6 +197,26 @@ impl JobTable {
                 v.insert(take_slot(&mut self.chunks, &mut self.free, id, job));
                 self.len += 1;
                 None
+            }
+        }
+    }
+
+    /// Inserts a job not in the table yet (asserted), and says where it is.
+    pub fn insert_new(&mut self, id: JobId, job: Job) -> At {
+        let chunks = &self.chunks;
+        // `entry`, as `insert` (see there).
+        let entry = self.shards[shard_of(id)].entry(
+            hash(id),
+            |&slot| *full(chunks, slot).0 == id,
+            |&slot| hash(*full(chunks, slot).0),
+        );
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(_) => panic!("job {id} is in the table already"),
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                let slot = take_slot(&mut self.chunks, &mut self.free, id, job);
+                v.insert(slot);
+                self.len += 1;
+                At(slot)
             }
         }
     }
@@ -244,12 +274,20 @@ impl JobTable {
         }
     }
 
-    /// The job `id` where [`for_each_mut`](Self::for_each_mut) found it, without a lookup;
-    /// no job may have been inserted or removed since. Asserts that the slot holds `id`.
+    /// The job `id` at `at`, without a lookup: asserts that the slot still holds `id`.
     pub fn at_mut(&mut self, at: At, id: JobId) -> &mut Job {
         let (&held, job) = full_mut(&mut self.chunks, at.0);
         assert_eq!(held, id, "slot {} moved on since it was handed out", at.0);
         job
+    }
+
+    /// The job at `at` and its id, without a lookup. Asserts that the slot is full; the caller
+    /// checks that it holds the job it means (a wheel's caller: that the job's timer is the
+    /// one that fired).
+    #[inline]
+    pub fn at(&mut self, at: At) -> (JobId, &mut Job) {
+        let (&id, job) = full_mut(&mut self.chunks, at.0);
+        (id, job)
     }
 
     pub fn values(&self) -> impl Iterator<Item = &Job> {

@@ -15,6 +15,7 @@ use crossbeam_channel::Sender;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::job_table::At;
 use super::table::{
     Counters, Dead, Extra, ExtraMap, IdSet, Job, JobMap, KeyIndex, KeyOfMap, Marks, Payload,
     key_hash,
@@ -46,9 +47,9 @@ pub(crate) enum Mode {
 pub(crate) struct State {
     pub jobs: JobMap,
     /// Due times of `Scheduled` jobs.
-    pub due: TimingWheel<u64>,
+    pub due: TimingWheel<At>,
     /// Claim deadlines of `Ready` jobs and lease deadlines of `Running` ones.
-    pub leases: TimingWheel<u64>,
+    pub leases: TimingWheel<At>,
     pub counters: Counters,
     /// The highest clock reading seen: time never goes backwards inside the engine.
     pub now_ms: u64,
@@ -337,7 +338,7 @@ impl State {
             Event::Reschedule { id, due_ms } => {
                 self.waiting(id)?;
                 let now_ms = self.now_ms;
-                let job = self.jobs.get_mut(&id).expect("checked");
+                let (at, job) = self.jobs.get_at_mut(&id).expect("checked");
                 job.due_ms = due_ms;
                 if !live {
                     return Ok(());
@@ -354,7 +355,7 @@ impl State {
                             self.leases.cancel(key);
                         }
                         job.state = JobState::Scheduled;
-                        job.timer = Some(self.due.insert(due_ms.max(now_ms), id.0));
+                        job.timer = Some(self.due.insert(due_ms.max(now_ms), at));
                         self.count(Some(JobState::Ready), Some(JobState::Scheduled));
                         self.left_ready(id, JobState::Ready);
                     }
@@ -389,7 +390,7 @@ impl State {
                 lease_until_ms,
             } => {
                 let now_ms = self.now_ms;
-                let job = self.jobs.get_mut(&id).ok_or("claim of an unknown job")?;
+                let (at, job) = self.jobs.get_at_mut(&id).ok_or("claim of an unknown job")?;
                 if job.lease_open {
                     return Err("claim of a job whose lease did not expire");
                 }
@@ -416,8 +417,7 @@ impl State {
                 if let Some(key) = old {
                     self.leases.cancel(key);
                 }
-                let key = self.leases.insert(lease_until_ms, id.0);
-                self.jobs.get_mut(&id).expect("present").timer = Some(key);
+                job.timer = Some(self.leases.insert(lease_until_ms, at));
                 self.count(Some(JobState::Ready), Some(JobState::Running));
                 self.taken(id, true);
                 self.counters.claimed += 1;
@@ -445,7 +445,7 @@ impl State {
                 if live {
                     self.counters.retried += 1;
                 }
-                let job = self.jobs.get_mut(&id).expect("checked");
+                let (at, job) = self.jobs.get_at_mut(&id).expect("checked");
                 job.lease_open = false;
                 job.due_ms = due_ms;
                 if flags & RETRY_FAILED != 0 {
@@ -466,7 +466,7 @@ impl State {
                     self.leases.cancel(key);
                 }
                 job.state = JobState::Scheduled;
-                job.timer = Some(self.due.insert(due_ms.max(now_ms), id.0));
+                job.timer = Some(self.due.insert(due_ms.max(now_ms), at));
                 self.count(Some(from), Some(JobState::Scheduled));
                 self.left_ready(id, from);
                 Ok(())
@@ -530,7 +530,7 @@ impl State {
                 let key = job.timer.take().expect("a running job has a lease timer");
                 let moved = self.leases.reschedule(key, lease_until_ms);
                 assert!(moved, "the lease timer of job {id} is live");
-                self.jobs.get_mut(&id).expect("present").timer = Some(key);
+                job.timer = Some(key);
                 Ok(())
             }
             Event::Requeue { id, due_ms } => {
@@ -591,7 +591,7 @@ impl State {
                 } else if flags & NEXT_SKIPPED == 0 {
                     self.counters.completed += 1;
                 }
-                let job = self.jobs.get_mut(&id).expect("checked");
+                let (at, job) = self.jobs.get_at_mut(&id).expect("checked");
                 job.lease_open = false;
                 job.failures = 0;
                 job.due_ms = due_ms;
@@ -611,7 +611,7 @@ impl State {
                     self.leases.cancel(key);
                 }
                 job.state = JobState::Scheduled;
-                job.timer = Some(self.due.insert(due_ms.max(now_ms), id.0));
+                job.timer = Some(self.due.insert(due_ms.max(now_ms), at));
                 self.count(Some(from), Some(JobState::Scheduled));
                 self.left_ready(id, from);
                 Ok(())
@@ -870,21 +870,18 @@ impl State {
         self.held_with_far_copy(job.id);
         if live {
             let now_ms = self.now_ms;
-            let entry = self.jobs.get_mut(&job.id).expect("restored");
+            let (at, entry) = self.jobs.get_at_mut(&job.id).expect("restored");
             if job.leased {
                 // Interrupted while running (a bucket written before a crash): ready again at
                 // once, as an open delivers it; the next claim writes the `Expire`.
                 entry.state = JobState::Ready;
                 entry.at_ms = now_ms;
-                entry.timer = Some(
-                    self.leases
-                        .insert(now_ms.saturating_add(self.lease_ms), job.id.0),
-                );
+                entry.timer = Some(self.leases.insert(now_ms.saturating_add(self.lease_ms), at));
                 self.count(Some(JobState::Running), Some(JobState::Ready));
                 self.counters.redelivered += 1;
                 self.deliver(job.id);
             } else {
-                entry.timer = Some(self.due.insert(job.due_ms.max(now_ms), job.id.0));
+                entry.timer = Some(self.due.insert(job.due_ms.max(now_ms), at));
             }
         }
         true
@@ -942,8 +939,7 @@ impl State {
     ) {
         // A due time already past fires at once; its lateness counts from now, not from a
         // due time the engine never had a chance to meet.
-        let timer = arm.then(|| self.due.insert(due_ms.max(self.now_ms), id.0));
-        self.jobs.insert(
+        let at = self.jobs.insert_new(
             id,
             Job {
                 due_ms,
@@ -955,11 +951,15 @@ impl State {
                 marks: Marks::default(),
                 binary,
                 payload,
-                timer,
+                timer: None,
                 at_ms: 0,
                 lsn,
             },
         );
+        if arm {
+            let timer = self.due.insert(due_ms.max(self.now_ms), at);
+            self.jobs.at(at).1.timer = Some(timer);
+        }
         self.count(None, Some(JobState::Scheduled));
     }
 
@@ -982,7 +982,7 @@ impl State {
                 missed.push((job.due_ms, id, at));
             } else {
                 job.state = JobState::Scheduled;
-                job.timer = Some(due.insert(job.due_ms, id.0));
+                job.timer = Some(due.insert(job.due_ms, at));
                 in_state[state_index(JobState::Scheduled)] += 1;
             }
         });
@@ -993,8 +993,7 @@ impl State {
         // The lateness of a run of jobs due at the same time, recorded at once.
         let mut late_run = (0u64, 0u64);
         for &(due_ms, id, at) in &missed {
-            let key = self.leases.insert(claim_by_ms, id.0);
-            // Where the pass above found it: nothing was inserted or removed since.
+            let key = self.leases.insert(claim_by_ms, at);
             let job = self.jobs.at_mut(at, id);
             job.state = JobState::Ready;
             job.at_ms = now_ms;
@@ -1181,13 +1180,13 @@ impl State {
         let claim_by_ms = now_ms.saturating_add(self.lease_ms);
         let mut fired = 0;
         while fired < max {
-            let Some((_key, due_ms, raw)) = self.due.poll(now_ms) else {
+            let Some((fired_key, due_ms, at)) = self.due.poll(now_ms) else {
                 break;
             };
             assert!(due_ms <= now_ms, "the wheel never fires early");
-            let id = JobId(raw);
-            let key = self.leases.insert(claim_by_ms, raw);
-            let job = self.jobs.get_mut(&id).expect("a timer's job is live");
+            let key = self.leases.insert(claim_by_ms, at);
+            let (id, job) = self.jobs.at(at);
+            assert_eq!(job.timer, Some(fired_key), "job {id} is its timer's job");
             assert_eq!(job.state, JobState::Scheduled);
             job.state = JobState::Ready;
             job.timer = Some(key);
@@ -1207,14 +1206,12 @@ impl State {
     fn expire_leases(&mut self, max: usize, run: &mut TimerRun) {
         let now_ms = self.now_ms;
         while run.expired + run.requeued < max {
-            let Some((_key, _deadline, raw)) = self.leases.poll(now_ms) else {
+            let Some((fired_key, _deadline, at)) = self.leases.poll(now_ms) else {
                 break;
             };
-            let id = JobId(raw);
-            let key = self
-                .leases
-                .insert(now_ms.saturating_add(self.lease_ms), raw);
-            let job = self.jobs.get_mut(&id).expect("a lease's job is live");
+            let key = self.leases.insert(now_ms.saturating_add(self.lease_ms), at);
+            let (id, job) = self.jobs.at(at);
+            assert_eq!(job.timer, Some(fired_key), "job {id} is its lease's job");
             job.timer = Some(key);
             match job.state {
                 JobState::Running => {
