@@ -35,6 +35,8 @@ enum Op {
     Burst(Due, u16),
     Cancel(usize),
     Reschedule(usize, Due),
+    /// Gives a timer another value (`TimingWheel::set`): its top bit flips.
+    Relabel(usize),
     /// Moves the caller's clock (backwards when negative) and polls at most `polls` times.
     Advance(i64, u16),
     PollAtNextDue,
@@ -72,6 +74,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (due(), 1..3_000u16).prop_map(|(d, n)| Op::Burst(d, n)),
         4 => any::<usize>().prop_map(Op::Cancel),
         2 => (any::<usize>(), due()).prop_map(|(k, d)| Op::Reschedule(k, d)),
+        1 => any::<usize>().prop_map(Op::Relabel),
         4 => (step(), prop_oneof![Just(u16::MAX), 1..500u16]).prop_map(|(s, p)| Op::Advance(s, p)),
         2 => Just(Op::PollAtNextDue),
     ]
@@ -83,7 +86,12 @@ struct Model {
     wheel_now_ms: u64,
     pending: BTreeMap<(u64, u64), u64>,
     by_seq: HashMap<u64, (u64, TimerKey)>,
+    /// The value of a pending timer given another one (`Op::Relabel`); the others have their seq.
+    values: HashMap<u64, u64>,
 }
+
+/// The bit `Op::Relabel` flips in a timer's value (seqs stay far below it).
+const RELABELED: u64 = 1 << 63;
 
 struct Harness {
     wheel: TimingWheel<u64>,
@@ -102,6 +110,7 @@ impl Harness {
                 wheel_now_ms: T0,
                 pending: BTreeMap::new(),
                 by_seq: HashMap::new(),
+                values: HashMap::new(),
             },
             clock_ms: T0,
             keys: Vec::new(),
@@ -141,7 +150,13 @@ impl Harness {
         let fired = self.wheel.poll(now_ms);
         let first = self.model.pending.keys().next().copied();
         match fired {
-            Some((key, due_ms, seq)) => {
+            Some((key, due_ms, value)) => {
+                let seq = value & !RELABELED;
+                assert_eq!(
+                    value,
+                    self.model.values.remove(&seq).unwrap_or(seq),
+                    "fires with its newest value"
+                );
                 let (effective, model_key) = self
                     .model
                     .by_seq
@@ -186,7 +201,8 @@ impl Harness {
                         self.model.pending.remove(&(effective, seq));
                         seq
                     });
-                    assert_eq!(self.wheel.cancel(key), expected);
+                    let value = self.model.values.remove(&seq).unwrap_or(seq);
+                    assert_eq!(self.wheel.cancel(key), expected.map(|_| value));
                 }
             }
             Op::Reschedule(k, due) => {
@@ -200,6 +216,19 @@ impl Harness {
                         let effective = due_ms.max(self.model.wheel_now_ms);
                         self.model.pending.insert((effective, seq), due_ms);
                         self.model.by_seq.insert(seq, (effective, key));
+                    }
+                }
+            }
+            Op::Relabel(k) => {
+                if let Some((key, seq)) = self.pick(*k) {
+                    let pending = self.model.by_seq.contains_key(&seq);
+                    let value = self.model.values.get(&seq).copied().unwrap_or(seq) ^ RELABELED;
+                    assert_eq!(self.wheel.set(key, value), pending);
+                    if pending {
+                        self.model.values.insert(seq, value);
+                        assert_eq!(self.wheel.get(key), Some(value));
+                    } else {
+                        assert_eq!(self.wheel.get(key), None);
                     }
                 }
             }

@@ -1,5 +1,5 @@
-//! The table of live jobs: each job in a slot of a chunked slab that never moves, found by id
-//! through sharded hash tables of 4-byte slot numbers.
+//! The table of live jobs: each job in a slot of a chunked slab, found by id through sharded
+//! hash tables of 4-byte slot numbers.
 //!
 //! Why not an [`IdMap<Job>`](super::table::IdMap): a hash table holds its entries inline, and
 //! keeps from an eighth to more than half of its places empty (it doubles when seven eighths
@@ -9,10 +9,18 @@
 //! that are allocated as the jobs grow and never moved, so a growth under the state lock moves
 //! 4-byte entries only. The harness's `resident` workload (a million pending jobs with 16-byte
 //! payloads, heap bytes per job): 189 with the `IdMap`, 133 with this table, 125 once the job
-//! shrank to 72 bytes (the timer key's generation never 0, two rare flags in a byte).
+//! shrank to 72 bytes (the timer key's generation never 0, two rare flags in a byte), 121 once
+//! the wheels held slot numbers rather than ids (a 12-byte wheel entry).
+//!
+//! Memory goes back when the number of jobs falls: a new job takes the lowest free slot, so
+//! the jobs gather at the slab's start, and while a quarter of the slots are free the jobs
+//! that leave pay for moving a few jobs out of the last chunk, which is freed once empty
+//! ([`JobTable::give_back`]). The same workload, nine jobs in ten then cancelled: 548 heap
+//! bytes kept per job left, from 1,242 with no give-back.
 //!
 //! The tables see the same inserts and removes, hashed alike, as an `IdMap` would: they visit
-//! the jobs in the same order (which the simulation's trace digest checks).
+//! the jobs in the same order (which the simulation's trace digest checks). A move rewrites a
+//! table's entry in place, so it changes no order either.
 
 use std::hash::BuildHasher as _;
 
@@ -21,42 +29,64 @@ use hashbrown::HashTable;
 use super::table::{Job, RESERVE_MIN, SHARDS, reserve_in_shard, shard_of};
 use crate::job::{IdBuild, JobId};
 
-/// Slots per chunk of the slab: 80 KiB with 80-byte slots.
-const CHUNK_BITS: u32 = 10;
+/// Slots per chunk of the slab: 80 KiB with 80-byte slots. The unit tests use 16-slot chunks,
+/// so that their few hundred jobs fill, empty and give back many chunks.
+const CHUNK_BITS: u32 = if cfg!(test) { 4 } else { 10 };
 const CHUNK: usize = 1 << CHUNK_BITS;
 
-/// A slot of the slab: a job and its id, or a link in the list of free slots.
+/// A slot of the slab: a job and its id, or a link in its chunk's list of free slots.
 enum Slot {
     Full(JobId, Job),
-    /// The next free slot (`u32::MAX`: none).
+    /// The next free slot of the chunk (`NO_SLOT`: none).
     Free(u32),
 }
 
 const NO_SLOT: u32 = u32::MAX;
 const _: () = assert!(std::mem::size_of::<Slot>() == 80, "a job and its id");
 
-/// Where a job is in the table: its slot, the same for as long as the job is in the table
-/// (slots never move). The wheels hold it as their timers' value, so that a fire or a lease
-/// running out reaches its job without a lookup (see [`JobTable::at`]).
+/// Where a job is in the table: its slot, the same for as long as the job is in the table,
+/// unless [`JobTable::give_back`] moves it (and says so). The wheels hold it as their timers'
+/// value, so that a fire or a lease running out reaches its job without a lookup (see
+/// [`JobTable::at`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct At(u32);
+
+/// `CHUNK` slots, with the list of its free ones and a count of its jobs.
+struct Chunk {
+    slots: Box<[Slot]>,
+    /// The first free slot (a slot number of the whole slab), `NO_SLOT` if the chunk is full.
+    free: u32,
+    live: u32,
+}
 
 /// The live jobs by id. See the module's documentation.
 pub(crate) struct JobTable {
     /// Per shard (see [`shard_of`]), the slots of its jobs, hashed by the jobs' ids.
     shards: Box<[HashTable<u32>]>,
-    chunks: Vec<Box<[Slot]>>,
-    /// The first free slot, `NO_SLOT` if every slot of every chunk is full.
-    free: u32,
+    slab: Slab,
     len: usize,
+}
+
+/// The slab: chunks of slots, and which of them have room.
+#[derive(Default)]
+struct Slab {
+    chunks: Vec<Chunk>,
+    /// A bit per chunk that has a free slot. A new job takes a slot of the lowest such chunk,
+    /// so that the jobs gather at the start of the slab and its end empties (`give_back`).
+    open: Vec<u64>,
+    /// Every chunk below this one is full.
+    lowest_open: usize,
+    /// No slot of the last chunk at or above this index is full (what `give_back` has
+    /// emptied of it so far); `CHUNK` when unknown. (0 for an empty slab, which has no last
+    /// chunk.)
+    tail_scan: usize,
 }
 
 impl Default for JobTable {
     fn default() -> Self {
         JobTable {
             shards: (0..SHARDS).map(|_| HashTable::new()).collect(),
-            chunks: Vec::new(),
-            free: NO_SLOT,
+            slab: Slab::default(),
             len: 0,
         }
     }
@@ -75,18 +105,18 @@ fn hash(id: JobId) -> u64 {
 
 /// Slot `slot` of `chunks`.
 #[inline]
-fn cell(chunks: &[Box<[Slot]>], slot: u32) -> &Slot {
-    &chunks[(slot >> CHUNK_BITS) as usize][slot as usize & (CHUNK - 1)]
+fn cell(chunks: &[Chunk], slot: u32) -> &Slot {
+    &chunks[(slot >> CHUNK_BITS) as usize].slots[slot as usize & (CHUNK - 1)]
 }
 
 #[inline]
-fn cell_mut(chunks: &mut [Box<[Slot]>], slot: u32) -> &mut Slot {
-    &mut chunks[(slot >> CHUNK_BITS) as usize][slot as usize & (CHUNK - 1)]
+fn cell_mut(chunks: &mut [Chunk], slot: u32) -> &mut Slot {
+    &mut chunks[(slot >> CHUNK_BITS) as usize].slots[slot as usize & (CHUNK - 1)]
 }
 
 /// The job of slot `slot` of `chunks`, which must be full.
 #[inline]
-fn full(chunks: &[Box<[Slot]>], slot: u32) -> (&JobId, &Job) {
+fn full(chunks: &[Chunk], slot: u32) -> (&JobId, &Job) {
     match cell(chunks, slot) {
         Slot::Full(id, job) => (id, job),
         Slot::Free(_) => unreachable!("slot {slot} is in a table and free"),
@@ -94,22 +124,45 @@ fn full(chunks: &[Box<[Slot]>], slot: u32) -> (&JobId, &Job) {
 }
 
 #[inline]
-fn full_mut(chunks: &mut [Box<[Slot]>], slot: u32) -> (&JobId, &mut Job) {
+fn full_mut(chunks: &mut [Chunk], slot: u32) -> (&JobId, &mut Job) {
     match cell_mut(chunks, slot) {
         Slot::Full(id, job) => (id, job),
         Slot::Free(_) => unreachable!("slot {slot} is in a table and free"),
     }
 }
 
-/// A free slot of `chunks` (a new chunk if `free` is `NO_SLOT`), now holding `id` and `job`.
-fn take_slot(chunks: &mut Vec<Box<[Slot]>>, free: &mut u32, id: JobId, job: Job) -> u32 {
-    if *free == NO_SLOT {
-        let base = u32::try_from(chunks.len() * CHUNK)
-            .ok()
-            .filter(|base| base.checked_add(CHUNK as u32).is_some())
-            .expect("fewer than 4 billion jobs in memory");
-        chunks.push(
-            (0..CHUNK as u32)
+impl Slab {
+    fn set_open(&mut self, chunk: usize, open: bool) {
+        let (word, bit) = (chunk / 64, 1u64 << (chunk % 64));
+        if open {
+            self.open[word] |= bit;
+            self.lowest_open = self.lowest_open.min(chunk);
+        } else {
+            self.open[word] &= !bit;
+        }
+    }
+
+    /// The lowest chunk with a free slot; a new chunk at the end if none has one.
+    fn open_chunk(&mut self) -> usize {
+        let from = self.lowest_open;
+        let mut word = from / 64;
+        let mut bits = self
+            .open
+            .get(word)
+            .map_or(0, |&w| w & (!0u64 << (from % 64)));
+        while bits == 0 && word + 1 < self.open.len() {
+            word += 1;
+            bits = self.open[word];
+        }
+        let chunk = if bits != 0 {
+            word * 64 + bits.trailing_zeros() as usize
+        } else {
+            let chunk = self.chunks.len();
+            let base = u32::try_from(chunk * CHUNK)
+                .ok()
+                .filter(|base| base.checked_add(CHUNK as u32).is_some())
+                .expect("fewer than 4 billion jobs in memory");
+            let slots = (0..CHUNK as u32)
                 .map(|i| {
                     Slot::Free(if i + 1 < CHUNK as u32 {
                         base + i + 1
@@ -117,16 +170,83 @@ fn take_slot(chunks: &mut Vec<Box<[Slot]>>, free: &mut u32, id: JobId, job: Job)
                         NO_SLOT
                     })
                 })
-                .collect(),
-        );
-        *free = base;
+                .collect();
+            self.chunks.push(Chunk {
+                slots,
+                free: base,
+                live: 0,
+            });
+            if self.open.len() * 64 < self.chunks.len() {
+                self.open.push(0);
+            }
+            self.set_open(chunk, true);
+            chunk
+        };
+        self.lowest_open = chunk;
+        chunk
     }
-    let slot = *free;
-    match std::mem::replace(cell_mut(chunks, slot), Slot::Full(id, job)) {
-        Slot::Free(next) => *free = next,
-        Slot::Full(..) => unreachable!("slot {slot} is on the free list and full"),
+
+    /// A free slot (of the lowest chunk that has one), now holding `id` and `job`.
+    fn take(&mut self, id: JobId, job: Job) -> u32 {
+        let c = self.open_chunk();
+        if c + 1 == self.chunks.len() {
+            self.tail_scan = CHUNK;
+        }
+        let chunk = &mut self.chunks[c];
+        let slot = chunk.free;
+        let at = slot as usize & (CHUNK - 1);
+        match std::mem::replace(&mut chunk.slots[at], Slot::Full(id, job)) {
+            Slot::Free(next) => chunk.free = next,
+            Slot::Full(..) => unreachable!("slot {slot} is on the free list and full"),
+        }
+        chunk.live += 1;
+        if chunk.free == NO_SLOT {
+            self.set_open(c, false);
+        }
+        slot
     }
-    slot
+
+    /// Frees the last chunk, which must be empty.
+    fn pop(&mut self) {
+        let c = self.chunks.len() - 1;
+        assert_eq!(self.chunks[c].live, 0, "chunk {c} is empty");
+        self.set_open(c, false);
+        self.chunks.pop();
+        if self.open.len() * 64 >= self.chunks.len() + 64 {
+            self.open.pop();
+        }
+        self.lowest_open = self.lowest_open.min(self.chunks.len());
+        self.tail_scan = if self.chunks.is_empty() { 0 } else { CHUNK };
+    }
+
+    /// A full slot of the last chunk, from its top down: the last chunk must have a job.
+    fn tail_job(&mut self) -> u32 {
+        let last = self.chunks.len() - 1;
+        let chunk = &self.chunks[last];
+        assert!(chunk.live > 0, "the last chunk has a job");
+        loop {
+            self.tail_scan -= 1;
+            if matches!(chunk.slots[self.tail_scan], Slot::Full(..)) {
+                return (last * CHUNK + self.tail_scan) as u32;
+            }
+        }
+    }
+
+    /// Frees slot `slot`, which must be full: its id and job.
+    fn release(&mut self, slot: u32) -> (JobId, Job) {
+        let c = (slot >> CHUNK_BITS) as usize;
+        let chunk = &mut self.chunks[c];
+        let freed = Slot::Free(chunk.free);
+        let Slot::Full(id, job) =
+            std::mem::replace(&mut chunk.slots[slot as usize & (CHUNK - 1)], freed)
+        else {
+            unreachable!("slot {slot} is in a table and free");
+        };
+        chunk.free = slot;
+        chunk.live -= 1;
+        self.set_open(c, true);
+        (id, job)
+    }
 }
 
 impl JobTable {
@@ -146,7 +266,7 @@ impl JobTable {
     /// The slot of `id`, if it is in the table.
     #[inline]
     fn find(&self, id: JobId) -> Option<u32> {
-        let chunks = &self.chunks;
+        let chunks = &self.slab.chunks;
         self.shards[shard_of(id)]
             .find(hash(id), |&slot| *full(chunks, slot).0 == id)
             .copied()
@@ -155,20 +275,20 @@ impl JobTable {
     #[inline]
     pub fn get(&self, id: &JobId) -> Option<&Job> {
         let slot = self.find(*id)?;
-        Some(full(&self.chunks, slot).1)
+        Some(full(&self.slab.chunks, slot).1)
     }
 
     #[inline]
     pub fn get_mut(&mut self, id: &JobId) -> Option<&mut Job> {
         let slot = self.find(*id)?;
-        Some(full_mut(&mut self.chunks, slot).1)
+        Some(full_mut(&mut self.slab.chunks, slot).1)
     }
 
     /// The job `id` and where it is.
     #[inline]
     pub fn get_at_mut(&mut self, id: &JobId) -> Option<(At, &mut Job)> {
         let slot = self.find(*id)?;
-        Some((At(slot), full_mut(&mut self.chunks, slot).1))
+        Some((At(slot), full_mut(&mut self.slab.chunks, slot).1))
     }
 
     #[inline]
@@ -179,7 +299,7 @@ impl JobTable {
     /// Inserts or replaces; the job replaced, if any.
     #[cfg(test)]
     pub fn insert(&mut self, id: JobId, job: Job) -> Option<Job> {
-        let chunks = &self.chunks;
+        let chunks = &self.slab.chunks;
         // `entry`, as `HashMap::insert`: it makes room before it looks for a place, where
         // `insert_unique` would reuse a removed entry's place first, and the tables would then
         // differ from an `IdMap`'s (and visit the jobs in another order).
@@ -191,10 +311,13 @@ impl JobTable {
         match entry {
             hashbrown::hash_table::Entry::Occupied(e) => {
                 let slot = *e.get();
-                Some(std::mem::replace(full_mut(&mut self.chunks, slot).1, job))
+                Some(std::mem::replace(
+                    full_mut(&mut self.slab.chunks, slot).1,
+                    job,
+                ))
             }
             hashbrown::hash_table::Entry::Vacant(v) => {
-                v.insert(take_slot(&mut self.chunks, &mut self.free, id, job));
+                v.insert(self.slab.take(id, job));
                 self.len += 1;
                 None
             }
@@ -203,7 +326,7 @@ impl JobTable {
 
     /// Inserts a job not in the table yet (asserted), and says where it is.
     pub fn insert_new(&mut self, id: JobId, job: Job) -> At {
-        let chunks = &self.chunks;
+        let chunks = &self.slab.chunks;
         // `entry`, as `insert` (see there).
         let entry = self.shards[shard_of(id)].entry(
             hash(id),
@@ -213,7 +336,7 @@ impl JobTable {
         match entry {
             hashbrown::hash_table::Entry::Occupied(_) => panic!("job {id} is in the table already"),
             hashbrown::hash_table::Entry::Vacant(v) => {
-                let slot = take_slot(&mut self.chunks, &mut self.free, id, job);
+                let slot = self.slab.take(id, job);
                 v.insert(slot);
                 self.len += 1;
                 At(slot)
@@ -222,18 +345,67 @@ impl JobTable {
     }
 
     pub fn remove(&mut self, id: &JobId) -> Option<Job> {
-        let chunks = &self.chunks;
+        let chunks = &self.slab.chunks;
         let entry = self.shards[shard_of(*id)]
             .find_entry(hash(*id), |&slot| *full(chunks, slot).0 == *id)
             .ok()?;
         let (slot, _) = entry.remove();
-        let freed = Slot::Free(self.free);
-        let Slot::Full(_, job) = std::mem::replace(cell_mut(&mut self.chunks, slot), freed) else {
-            unreachable!("slot {slot} is in a table and free");
-        };
-        self.free = slot;
+        let (_, job) = self.slab.release(slot);
         self.len -= 1;
         Some(job)
+    }
+
+    /// Whether the slab has much room to spare: a quarter of its slots free, and two chunks'
+    /// worth at least (so that a number of jobs that goes up and down by a few does not take
+    /// and give back a chunk each time).
+    fn roomy(&self) -> bool {
+        let slots = self.slab.chunks.len() * CHUNK;
+        slots - self.len >= (2 * CHUNK).max(slots / 4)
+    }
+
+    /// Gives memory back while the slab has much room to spare ([`roomy`](Self::roomy)):
+    /// frees its last chunk once empty, and empties it by moving its jobs to free slots lower
+    /// down, at most `max_moves` of them. Calls `moved(id, at, job)` for each job moved: it is
+    /// at `at` now, and its former place names no job. Returns the number of jobs moved.
+    ///
+    /// New jobs take the lowest free slot, so once the number of jobs fell, the last chunks
+    /// empty as jobs leave, and the moves are few; the caller pays for them a few at a time,
+    /// as jobs leave. The hash tables keep their size (shrinking one would move its entries,
+    /// and change the order the jobs are visited in).
+    pub fn give_back(
+        &mut self,
+        max_moves: usize,
+        mut moved: impl FnMut(JobId, At, &mut Job),
+    ) -> usize {
+        let mut moves = 0;
+        while self.roomy() {
+            let last = self.slab.chunks.len() - 1;
+            if self.slab.chunks[last].live == 0 {
+                self.slab.pop();
+                continue;
+            }
+            if moves == max_moves {
+                break;
+            }
+            let from = self.slab.tail_job();
+            let (id, job) = self.slab.release(from);
+            // Roomy: the chunks below the last have at least a chunk's worth of free slots.
+            let to = self.slab.take(id, job);
+            assert!((to as usize) < last * CHUNK, "job {id} moved down");
+            let place = self.shards[shard_of(id)]
+                .find_mut(hash(id), |&slot| slot == from)
+                .expect("the table names the job's slot");
+            *place = to;
+            moved(id, At(to), full_mut(&mut self.slab.chunks, to).1);
+            moves += 1;
+        }
+        moves
+    }
+
+    /// Slots in the slab, free or full.
+    #[cfg(test)]
+    pub fn slots(&self) -> usize {
+        self.slab.chunks.len() * CHUNK
     }
 
     /// Room for `additional` more jobs in the hash tables, spread over the shards as ids spread
@@ -243,7 +415,7 @@ impl JobTable {
         if additional < RESERVE_MIN {
             return;
         }
-        let chunks = &self.chunks;
+        let chunks = &self.slab.chunks;
         for (i, shard) in self.shards.iter_mut().enumerate() {
             shard.reserve(reserve_in_shard(additional, i), |&s| {
                 hash(*full(chunks, s).0)
@@ -253,7 +425,7 @@ impl JobTable {
 
     /// The jobs of shard `shard` (below [`SHARDS`]).
     pub fn shard_iter(&self, shard: usize) -> impl Iterator<Item = (&JobId, &Job)> {
-        let chunks = &self.chunks;
+        let chunks = &self.slab.chunks;
         self.shards[shard]
             .iter()
             .map(move |&slot| full(chunks, slot))
@@ -268,7 +440,7 @@ impl JobTable {
     pub fn for_each_mut(&mut self, mut f: impl FnMut(JobId, At, &mut Job)) {
         for shard in self.shards.iter() {
             for &slot in shard.iter() {
-                let (&id, job) = full_mut(&mut self.chunks, slot);
+                let (&id, job) = full_mut(&mut self.slab.chunks, slot);
                 f(id, At(slot), job);
             }
         }
@@ -276,7 +448,7 @@ impl JobTable {
 
     /// The job `id` at `at`, without a lookup: asserts that the slot still holds `id`.
     pub fn at_mut(&mut self, at: At, id: JobId) -> &mut Job {
-        let (&held, job) = full_mut(&mut self.chunks, at.0);
+        let (&held, job) = full_mut(&mut self.slab.chunks, at.0);
         assert_eq!(held, id, "slot {} moved on since it was handed out", at.0);
         job
     }
@@ -286,7 +458,7 @@ impl JobTable {
     /// one that fired).
     #[inline]
     pub fn at(&mut self, at: At) -> (JobId, &mut Job) {
-        let (&id, job) = full_mut(&mut self.chunks, at.0);
+        let (&id, job) = full_mut(&mut self.slab.chunks, at.0);
         (id, job)
     }
 
@@ -309,6 +481,7 @@ mod tests {
     use super::*;
     use crate::engine::table::{IdMap, Payload, xorshift};
     use crate::job::JobState;
+    use std::collections::BTreeMap;
 
     fn job(due_ms: u64) -> Job {
         Job {
@@ -342,7 +515,10 @@ mod tests {
                     table.insert(id, job(step)).map(|j| j.due_ms),
                     model.insert(id, step)
                 ),
-                7..=10 => assert_eq!(table.remove(&id).map(|j| j.lsn), model.remove(&id)),
+                7..=10 => {
+                    assert_eq!(table.remove(&id).map(|j| j.lsn), model.remove(&id));
+                    table.give_back(2, |_, _, _| {});
+                }
                 11 => {
                     if let Some(j) = table.get_mut(&id) {
                         j.due_ms += 7;
@@ -384,6 +560,72 @@ mod tests {
             assert_eq!(j.due_ms, j.lsn, "job {id:?}");
             let bytes: [u8; 8] = (*j.payload.to_shared()).try_into().expect("8 bytes");
             assert_eq!((j.lsn - u64::from_le_bytes(bytes)) % 7, 0, "job {id:?}");
+        }
+    }
+
+    /// Memory goes back as jobs leave: jobs move down out of the last chunks, each move is
+    /// reported with the job's new place, and every place handed out names its job until it
+    /// is reported moved. Against a model of where each job is.
+    #[test]
+    fn jobs_that_leave_give_the_slab_back_and_moves_say_where_jobs_went() {
+        let mut table = JobTable::default();
+        let mut places: BTreeMap<JobId, (At, u64)> = BTreeMap::new();
+        let mut next = xorshift(0x005e_ed0f_b1ab);
+        let mut seq = 0u64;
+        let check = |table: &mut JobTable, places: &BTreeMap<JobId, (At, u64)>| {
+            assert_eq!(table.len(), places.len());
+            for (&id, &(at, due_ms)) in places {
+                let (held, job) = table.at(at);
+                assert_eq!((held, job.due_ms), (id, due_ms), "slot {at:?}");
+                assert_eq!(table.get(&id).map(|j| j.due_ms), Some(due_ms));
+            }
+        };
+        // Rounds of growth to a peak, then a drain to a low, each paying for its moves.
+        for (peak, low) in [(3_000usize, 40usize), (500, 300), (2_000, 0), (700, 650)] {
+            while places.len() < peak {
+                seq += 1;
+                let id = JobId::compose(seq, 493_000);
+                let at = table.insert_new(id, job(seq));
+                places.insert(id, (at, seq));
+            }
+            check(&mut table, &places);
+            let peak_slots = table.slots();
+            assert!(
+                peak_slots >= peak && peak_slots < peak + CHUNK,
+                "no slot wasted"
+            );
+            while places.len() > low {
+                let r = next() as usize % places.len();
+                let id = *places.keys().nth(r).expect("in range");
+                places.remove(&id);
+                table.remove(&id).expect("held");
+                let moves = table.give_back(2, |id, at, job| {
+                    let place = places.get_mut(&id).expect("a job still held moved");
+                    assert_eq!(place.1, job.due_ms);
+                    place.0 = at;
+                });
+                assert!(moves <= 2);
+                if next().is_multiple_of(16) {
+                    check(&mut table, &places);
+                }
+            }
+            check(&mut table, &places);
+            // The slab keeps at most a third more than its jobs, or two chunks to spare: the
+            // moves the jobs that left paid for were enough to get there.
+            let bound = (low + 2 * CHUNK).max(low * 4 / 3 + CHUNK);
+            let slots = table.slots();
+            assert!(
+                slots < bound,
+                "{slots} slots for {low} jobs (peak {peak_slots})"
+            );
+            table.give_back(usize::MAX, |id, at, _| {
+                places.get_mut(&id).expect("held").0 = at
+            });
+            check(&mut table, &places);
+            assert!(table.slots() <= slots);
+            if low == 0 {
+                assert!(slots <= CHUNK, "a drained table keeps one chunk at most");
+            }
         }
     }
 

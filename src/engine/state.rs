@@ -28,6 +28,11 @@ use crate::store::bucket::StoredJob;
 use crate::store::compact::FarJob;
 use crate::wheel::TimingWheel;
 
+/// Jobs the job table may move to give memory back, per job that leaves it
+/// (`State::give_back_memory`). Two: a table that shrank by a quarter has moved, by the time
+/// it shrank by another quarter, up to half its jobs, more than a shrink to that size asks.
+const GIVE_BACK_MOVES: usize = 2;
+
 /// An idempotency key the key table already names a new job as the holder of: taken when
 /// its schedule was appended, the job's own from its commit on. With its hash.
 pub(crate) struct TakenKey {
@@ -323,6 +328,7 @@ impl State {
                 self.waiting(id)?;
                 self.forget_extra(id);
                 let job = self.jobs.remove(&id).expect("checked");
+                self.give_back_memory();
                 if live {
                     assert!(matches!(job.state, JobState::Scheduled | JobState::Ready));
                     self.drop_timer(&job);
@@ -483,6 +489,7 @@ impl State {
                     self.stopped_running(id);
                 }
                 let job = self.jobs.remove(&id).expect("checked");
+                self.give_back_memory();
                 if live {
                     assert!(matches!(job.state, JobState::Running | JobState::Ready));
                     self.drop_timer(&job);
@@ -624,6 +631,7 @@ impl State {
                 }
                 self.forget_extra(id);
                 let job = self.jobs.remove(&id).expect("checked");
+                self.give_back_memory();
                 if live {
                     assert!(matches!(job.state, JobState::Running | JobState::Ready));
                     self.drop_timer(&job);
@@ -761,6 +769,7 @@ impl State {
         // puts the hash here again.
         self.key_of.remove(&id);
         let job = self.jobs.remove(&id).expect("checked");
+        self.give_back_memory();
         self.drop_timer(&job);
         self.count(Some(JobState::Scheduled), None);
         self.non_resident += 1;
@@ -917,6 +926,23 @@ impl State {
             Some(j) if j.lease_open => Err("change of a job whose lease did not expire"),
             Some(_) => Ok(()),
         }
+    }
+
+    /// A job left the table: while the table has much room to spare, moves a few jobs out of
+    /// its last chunk (each a slot copy and its wheel timer's value set), so that memory goes
+    /// back once the number of jobs fell (`JobTable::give_back`). The jobs that leave pay for
+    /// it, [`GIVE_BACK_MOVES`] each, as cancels pay for the wheel's sweeps.
+    fn give_back_memory(&mut self) {
+        let (due, leases) = (&mut self.due, &mut self.leases);
+        self.jobs.give_back(GIVE_BACK_MOVES, |id, at, job| {
+            if let Some(key) = job.timer {
+                let wheel = match job.state {
+                    JobState::Scheduled => &mut *due,
+                    JobState::Ready | JobState::Running => &mut *leases,
+                };
+                assert!(wheel.set(key, at), "the timer of job {id} is live");
+            }
+        });
     }
 
     fn drop_timer(&mut self, job: &Job) {
@@ -1466,5 +1492,161 @@ mod tests {
             sort_due_order(&mut v);
             prop_assert_eq!(v, want);
         }
+    }
+}
+
+/// The job table moves jobs to give memory back (`State::give_back_memory`; the unit tests'
+/// chunks hold 16 jobs, so a few hundred jobs fill and empty many): every timer must still
+/// reach its own job. Against a model of the jobs: each scheduled job fires once, never before
+/// it is due; a claimed job whose lease runs out, or a ready job not claimed within a lease,
+/// is delivered again, not before; cancelled and completed jobs never come back. A timer that reached another job trips the fire's assert.
+#[cfg(test)]
+mod moves {
+    use std::collections::BTreeMap;
+
+    use crossbeam_channel::Receiver;
+
+    use super::{Mode, State};
+    use crate::engine::table::xorshift;
+    use crate::job::{JobId, JobState};
+    use crate::record::{Event, ScheduleRecord};
+
+    const T0: u64 = 1_700_000_000_000;
+    const LEASE_MS: u64 = 500;
+
+    fn schedule(state: &mut State, id: JobId, due_ms: u64, lsn: u64) {
+        let record = ScheduleRecord {
+            id,
+            due_ms,
+            created_ms: T0,
+            tenant: 0,
+            shard: 0,
+            flags: 0,
+            max_attempts: 0,
+            backoff: None,
+            key: None,
+            recurring: None,
+            payload: &due_ms.to_le_bytes(),
+        };
+        state
+            .apply(&Event::Schedule(record), Mode::Live, lsn)
+            .expect("a new id");
+    }
+
+    /// A job of the model: its due time, its state, and when its claim deadline or lease
+    /// runs out (`Ready`, `Running`).
+    type Model = BTreeMap<JobId, (u64, JobState, u64)>;
+
+    /// Ids delivered since the last call, each checked against the model and marked ready.
+    fn delivered(rx: &Receiver<JobId>, model: &mut Model, now_ms: u64) {
+        for id in rx.try_iter() {
+            let (due_ms, state, until_ms) = model.get_mut(&id).expect("a delivered job is live");
+            let not_before = match state {
+                JobState::Scheduled => *due_ms,
+                JobState::Ready | JobState::Running => *until_ms,
+            };
+            assert!(
+                not_before <= now_ms,
+                "job {id} {state:?} delivered at {now_ms}, not before {not_before}"
+            );
+            *state = JobState::Ready;
+            *until_ms = now_ms + LEASE_MS;
+        }
+    }
+
+    #[test]
+    fn timers_follow_the_jobs_the_table_moves() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let mut state = State::new(T0, 0, LEASE_MS, tx);
+        let mut model = Model::default();
+        let mut next = xorshift(0x00c0_ffee_d00d);
+        let (mut seq, mut lsn) = (0u64, 0u64);
+        let mut peak_slots = 0;
+        for round in 0..40u64 {
+            // Fill up to a peak that changes from round to round, then let most go.
+            let peak = 100 + (round * 337) % 900;
+            while (model.len() as u64) < peak {
+                seq += 1;
+                lsn += 1;
+                let id = JobId::compose(seq, 493_000);
+                let due_ms = state.now_ms + next() % 3_000;
+                schedule(&mut state, id, due_ms, lsn);
+                model.insert(id, (due_ms, JobState::Scheduled, 0));
+            }
+            peak_slots = peak_slots.max(state.jobs.slots());
+            let keep = (next() % 60) as usize;
+            while model.len() > keep {
+                let r = next();
+                lsn += 1;
+                let id = *model
+                    .keys()
+                    .nth(r as usize % model.len())
+                    .expect("in range");
+                let (due_ms, job_state, _) = model[&id];
+                let job = &state.jobs[&id];
+                if job.lease_open && job_state == JobState::Ready {
+                    // Its lease ran out in memory: the log hears of it first (as the engine
+                    // writes it before the next change).
+                    let expire = Event::Expire {
+                        id,
+                        attempt: job.attempt,
+                    };
+                    state.apply(&expire, Mode::Live, lsn).expect("ran out");
+                    lsn += 1;
+                }
+                match (job_state, r % 4) {
+                    (JobState::Scheduled, 0) => {
+                        let due_ms = due_ms + r % 700;
+                        let event = Event::Reschedule { id, due_ms };
+                        state.apply(&event, Mode::Live, lsn).expect("waiting");
+                        model.insert(id, (due_ms, JobState::Scheduled, 0));
+                    }
+                    (JobState::Scheduled | JobState::Ready, 1) => {
+                        state
+                            .apply(&Event::Cancel { id }, Mode::Live, lsn)
+                            .expect("waiting");
+                        model.remove(&id);
+                    }
+                    (JobState::Ready, _) => {
+                        let attempt = state.jobs[&id].attempt + 1;
+                        let lease_until_ms = state.now_ms + LEASE_MS;
+                        let claim = Event::Claim {
+                            id,
+                            attempt,
+                            lease_until_ms,
+                        };
+                        state.apply(&claim, Mode::Live, lsn).expect("ready");
+                        if r.is_multiple_of(3) {
+                            // Left to run out: the lease wheel delivers it again.
+                            model.insert(id, (due_ms, JobState::Running, lease_until_ms));
+                        } else {
+                            lsn += 1;
+                            let done = Event::Complete { id, attempt };
+                            state.apply(&done, Mode::Live, lsn).expect("held");
+                            model.remove(&id);
+                        }
+                    }
+                    _ => {
+                        let now_ms = state.observe_time(state.now_ms + r % 97);
+                        state.run_timers(now_ms * 1_000, usize::MAX);
+                        delivered(&rx, &mut model, now_ms);
+                    }
+                }
+            }
+            for (&id, &(due_ms, job_state, _)) in &model {
+                let job = &state.jobs[&id];
+                assert_eq!((job.due_ms, job.state), (due_ms, job_state), "job {id}");
+            }
+        }
+        // Everything left fires, and every lease runs out.
+        let now_ms = state.observe_time(state.now_ms + 10_000);
+        state.run_timers(now_ms * 1_000, usize::MAX);
+        delivered(&rx, &mut model, now_ms);
+        assert!(model.values().all(|&(_, s, _)| s == JobState::Ready));
+        assert!(
+            state.jobs.slots() < peak_slots / 4,
+            "the table gave memory back: {} slots, {peak_slots} at the peak",
+            state.jobs.slots()
+        );
     }
 }

@@ -352,6 +352,16 @@ impl<T: Copy> TimingWheel<T> {
         self.contains(key).then(|| self.slab.value(key.index))
     }
 
+    /// Replaces the value of a pending timer, which keeps its due time and key; `false` if the
+    /// key is stale.
+    pub fn set(&mut self, key: TimerKey, value: T) -> bool {
+        let live = self.contains(key);
+        if live {
+            self.slab.set_value(key.index, value);
+        }
+        live
+    }
+
     /// When the timer thread should wake up and poll: never later than the effective due time
     /// of the earliest pending timer, and exactly that time when the timer is due within the
     /// wheel's current second (unless more than a few dozen cancelled timers lie before it,

@@ -163,6 +163,12 @@ impl<T: Copy> Slab<T> {
         self.entry(index).value
     }
 
+    /// Replaces the value of the live entry `index`.
+    #[inline]
+    pub(crate) fn set_value(&mut self, index: u32, value: T) {
+        self.entry_mut(index).value = value;
+    }
+
     /// Occupies an entry with `value` for its first placement.
     pub(crate) fn insert(&mut self, value: T) -> Taken {
         self.len += 1;

@@ -178,6 +178,23 @@ pub fn zadd_pipelined(server: &Server, first: u64, jobs: u64, batch: u64) -> Pee
     Ok(())
 }
 
+/// ZREMs the members `k` below `jobs` with `k % 10 != 0` (nine in ten of what
+/// [`zadd_pipelined`] added from 0), pipelined `batch` at a time over one connection.
+pub fn zrem_nine_in_ten(server: &Server, jobs: u64, batch: u64) -> PeerResult<()> {
+    let (mut conn, mut reader) = server.connect()?;
+    let members: Vec<u64> = (0..jobs).filter(|k| k % 10 != 0).collect();
+    let mut buf = Vec::new();
+    for chunk in members.chunks(batch as usize) {
+        buf.clear();
+        for k in chunk {
+            resp(&mut buf, &["ZREM", "jobs", &k.to_string()]);
+        }
+        conn.write_all(&buf)?;
+        read_replies(&mut reader, chunk.len() as u64)?;
+    }
+    Ok(())
+}
+
 /// Durable ZADDs per second, pipelined `batch` at a time over one connection.
 pub fn batch(server: &Server, jobs: u64, batch: u64) -> PeerResult<f64> {
     let t = Instant::now();
