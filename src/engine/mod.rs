@@ -1458,6 +1458,15 @@ impl Shared {
                 last_lsn = Some(appended?);
                 // A ready job cancelled or moved no longer counts against its tenant's limit.
                 state.refill();
+                // Cancels and moves may have started a sweep of the due wheel, whose steps
+                // run in the timer thread's idle polls: wake it if it sleeps past the first.
+                if state
+                    .due
+                    .look_ahead_due()
+                    .is_some_and(|at| at < state.sleeping_until_ms)
+                {
+                    self.wake.notify_all();
+                }
             }
         }
         Ok((out, last_lsn))

@@ -71,7 +71,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::num::NonZeroU32;
 
-use block::{BLOCK_ITEMS, Item, Pool, Slot};
+use block::{BLOCK_ITEMS, Item, POOL_BLOCKS_AFTER_SWEEP, Pool, Slot};
 use level::{
     Level, MINUTE_SLOTS, MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND, MS_SLOTS, SECOND_SLOTS, Tier,
     level_for, ring_distance, slot_for,
@@ -382,13 +382,18 @@ impl<T: Copy> TimingWheel<T> {
     /// When a poll would find cascading to do ahead of time: the next millisecond while the
     /// next second or minute still holds items to move, else the start of the second (or
     /// minute) before the earliest occupied second (or minute) slot, where that slot becomes
-    /// the next one. `None` when there is nothing to cascade ahead.
+    /// the next one. Also the next millisecond while a sweep is under way, so that a caller
+    /// with no timer due for a while still reclaims the tombstones (and their blocks) step by
+    /// step. `None` when there is nothing to do ahead.
     ///
     /// A caller that sleeps until [`next_due`](Self::next_due) polls at a slot's start and
     /// pays there for moving the whole slot, in one call; one that also wakes at this time
     /// moves it [`CASCADE_PER_POLL_MAX`] items per poll, ahead of time. A timer thread sleeps
     /// until the earlier of the two.
     pub fn look_ahead_due(&self) -> Option<u64> {
+        if self.sweep.active {
+            return Some(self.now_ms.saturating_add(1));
+        }
         if self.is_empty() {
             return None;
         }
@@ -847,6 +852,7 @@ impl<T: Copy> TimingWheel<T> {
     }
 
     fn finish_sweep(&mut self) {
+        self.pool.trim(POOL_BLOCKS_AFTER_SWEEP);
         self.sweep.active = false;
         self.sweep.trigger = self.tombstones + (self.slab.len() as u64).max(self.sweep.floor) / 2;
     }

@@ -270,3 +270,52 @@ fn sparse_far_minutes_hold_small_blocks_and_dense_ones_whole_blocks() {
     }
     assert_eq!(fired, 3 * minutes + 10_000);
 }
+
+/// A wheel left idle after most of its timers were cancelled asks to be polled
+/// (`look_ahead_due` the next millisecond) until its sweep reclaimed them, then gives the
+/// blocks the sweep emptied back to the allocator, but for a few it keeps.
+#[test]
+fn an_idle_wheel_sweeps_its_tombstones_when_woken_and_gives_the_blocks_back() {
+    let mut wheel = TimingWheel::new(T0);
+    // Due over the hour after the next minute: where sweeps read.
+    let keys: Vec<TimerKey> = (0..300_000u64)
+        .map(|k| wheel.insert(T0 + 120_000 + (k * 7_919) % 3_000_000, k))
+        .collect();
+    for (k, &key) in keys.iter().enumerate() {
+        if k % 10 != 0 {
+            assert!(wheel.cancel(key).is_some());
+        }
+    }
+    assert_eq!(wheel.len(), 30_000);
+    assert!(wheel.tombstones() >= 270_000);
+    // A timer thread sleeps until the earlier of `next_due` and `look_ahead_due`.
+    let mut now_ms = T0;
+    let mut wakes = 0;
+    while wheel.tombstones() > 0 {
+        let wake = wheel
+            .look_ahead_due()
+            .expect("work ahead while tombstones are left");
+        assert!(
+            wake <= now_ms + 1,
+            "woken at once while sweeping, not at {wake}"
+        );
+        now_ms = wake;
+        assert_eq!(wheel.poll(now_ms), None, "nothing is due for two minutes");
+        wakes += 1;
+        assert!(
+            wakes < 1_000,
+            "the sweep ends: {} tombstones left",
+            wheel.tombstones()
+        );
+    }
+    assert!(
+        wheel.look_ahead_due().is_none_or(|at| at > now_ms + 1),
+        "no more wakes for the sweep once it is done"
+    );
+    assert!(
+        wheel.pool.free.len() <= block::POOL_BLOCKS_AFTER_SWEEP,
+        "{} empty blocks kept",
+        wheel.pool.free.len()
+    );
+    assert_eq!(wheel.len(), 30_000);
+}
