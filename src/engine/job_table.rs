@@ -67,6 +67,22 @@ pub(crate) struct JobTable {
     len: usize,
 }
 
+/// The place of `id` in its shard's table, found or made. With `entry`, as `HashMap::insert`:
+/// it makes room before it looks for a place, where `insert_unique` would reuse a removed
+/// entry's place first, and the tables would then differ from an `IdMap`'s (and visit the jobs
+/// in another order).
+fn entry<'a>(
+    shards: &'a mut [HashTable<u32>],
+    chunks: &[Chunk],
+    id: JobId,
+) -> hashbrown::hash_table::Entry<'a, u32> {
+    shards[shard_of(id)].entry(
+        hash(id),
+        |&slot| *full(chunks, slot).0 == id,
+        |&slot| hash(*full(chunks, slot).0),
+    )
+}
+
 /// The slab: chunks of slots, and which of them have room.
 #[derive(Default)]
 struct Slab {
@@ -299,16 +315,7 @@ impl JobTable {
     /// Inserts or replaces; the job replaced, if any.
     #[cfg(test)]
     pub fn insert(&mut self, id: JobId, job: Job) -> Option<Job> {
-        let chunks = &self.slab.chunks;
-        // `entry`, as `HashMap::insert`: it makes room before it looks for a place, where
-        // `insert_unique` would reuse a removed entry's place first, and the tables would then
-        // differ from an `IdMap`'s (and visit the jobs in another order).
-        let entry = self.shards[shard_of(id)].entry(
-            hash(id),
-            |&slot| *full(chunks, slot).0 == id,
-            |&slot| hash(*full(chunks, slot).0),
-        );
-        match entry {
+        match entry(&mut self.shards, &self.slab.chunks, id) {
             hashbrown::hash_table::Entry::Occupied(e) => {
                 let slot = *e.get();
                 Some(std::mem::replace(
@@ -326,14 +333,7 @@ impl JobTable {
 
     /// Inserts a job not in the table yet (asserted), and says where it is.
     pub fn insert_new(&mut self, id: JobId, job: Job) -> At {
-        let chunks = &self.slab.chunks;
-        // `entry`, as `insert` (see there).
-        let entry = self.shards[shard_of(id)].entry(
-            hash(id),
-            |&slot| *full(chunks, slot).0 == id,
-            |&slot| hash(*full(chunks, slot).0),
-        );
-        match entry {
+        match entry(&mut self.shards, &self.slab.chunks, id) {
             hashbrown::hash_table::Entry::Occupied(_) => panic!("job {id} is in the table already"),
             hashbrown::hash_table::Entry::Vacant(v) => {
                 let slot = self.slab.take(id, job);
