@@ -327,8 +327,7 @@ impl State {
             Event::Cancel { id } => {
                 self.waiting(id)?;
                 self.forget_extra(id);
-                let job = self.jobs.remove(&id).expect("checked");
-                self.give_back_memory();
+                let job = self.take_job(id);
                 if live {
                     assert!(matches!(job.state, JobState::Scheduled | JobState::Ready));
                     self.drop_timer(&job);
@@ -488,8 +487,7 @@ impl State {
                 if live && self.jobs[&id].state == JobState::Running {
                     self.stopped_running(id);
                 }
-                let job = self.jobs.remove(&id).expect("checked");
-                self.give_back_memory();
+                let job = self.take_job(id);
                 if live {
                     assert!(matches!(job.state, JobState::Running | JobState::Ready));
                     self.drop_timer(&job);
@@ -630,8 +628,7 @@ impl State {
                     self.stopped_running(id);
                 }
                 self.forget_extra(id);
-                let job = self.jobs.remove(&id).expect("checked");
-                self.give_back_memory();
+                let job = self.take_job(id);
                 if live {
                     assert!(matches!(job.state, JobState::Running | JobState::Ready));
                     self.drop_timer(&job);
@@ -768,8 +765,7 @@ impl State {
         // Its key stays in the key table (a schedule naming it must find it); a read back
         // puts the hash here again.
         self.key_of.remove(&id);
-        let job = self.jobs.remove(&id).expect("checked");
-        self.give_back_memory();
+        let job = self.take_job(id);
         self.drop_timer(&job);
         self.count(Some(JobState::Scheduled), None);
         self.non_resident += 1;
@@ -932,6 +928,13 @@ impl State {
     /// its last chunk (each a slot copy and its wheel timer's value set), so that memory goes
     /// back once the number of jobs fell (`JobTable::give_back`). The jobs that leave pay for
     /// it, [`GIVE_BACK_MOVES`] each, as cancels pay for the wheel's sweeps.
+    /// Takes job `id`, which must be in the table, out of it, and gives memory back.
+    fn take_job(&mut self, id: JobId) -> Job {
+        let job = self.jobs.remove(&id).expect("checked");
+        self.give_back_memory();
+        job
+    }
+
     fn give_back_memory(&mut self) {
         let (due, leases) = (&mut self.due, &mut self.leases);
         self.jobs.give_back(GIVE_BACK_MOVES, |id, at, job| {
