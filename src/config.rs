@@ -161,6 +161,10 @@ pub struct Config {
     /// disk is full, so that compaction, which writes its new files before it deletes the ones
     /// they replace, can still run and free space; made again once there is room. 0: none.
     pub disk_ballast_bytes: u64,
+    /// Slots per chunk of the job table's slab (a power of two, 16 to 65,536; default 1,024):
+    /// the memory of the jobs in memory is allocated, and given back once they leave, a chunk
+    /// at a time. The simulation sets 16, so that its few hundred jobs give chunks back.
+    pub job_table_chunk_slots: usize,
 }
 
 impl Config {
@@ -216,6 +220,7 @@ impl Config {
             no_space_retry_ms: 100,
             no_space_reserve_bytes: 1 << 20,
             disk_ballast_bytes: 8 << 20,
+            job_table_chunk_slots: crate::engine::CHUNK_SLOTS_DEFAULT,
         }
     }
 
@@ -254,6 +259,11 @@ impl Config {
         }
         if self.lease_ms == 0 {
             return bad("lease_ms", "must be positive");
+        }
+        if !self.job_table_chunk_slots.is_power_of_two()
+            || !(16..=1 << 16).contains(&self.job_table_chunk_slots)
+        {
+            return bad("job_table_chunk_slots", "a power of two from 16 to 65,536");
         }
         if self.id_block == 0 {
             return bad("id_block", "must be positive");
@@ -448,6 +458,12 @@ impl Config {
     /// Sets [`Config::disk_ballast_bytes`](Config#structfield.disk_ballast_bytes).
     pub fn disk_ballast_bytes(mut self, disk_ballast_bytes: u64) -> Self {
         self.disk_ballast_bytes = disk_ballast_bytes;
+        self
+    }
+
+    /// Sets [`Config::job_table_chunk_slots`](Config#structfield.job_table_chunk_slots).
+    pub fn job_table_chunk_slots(mut self, job_table_chunk_slots: usize) -> Self {
+        self.job_table_chunk_slots = job_table_chunk_slots;
         self
     }
 

@@ -171,3 +171,20 @@ fn a_seal_bound_under_a_second_is_refused_before_touching_the_disk() {
         |ms| config().seal_after_ms(ms),
     );
 }
+
+/// `Config::job_table_chunk_slots` that is not a power of two from 16 to 65,536.
+#[test]
+fn a_job_table_chunk_that_is_not_a_power_of_two_in_range_is_refused_before_touching_the_disk() {
+    check_field(
+        "job_table_chunk_slots",
+        &[
+            (0, false),
+            (8, false),
+            (100, false),
+            (1 << 17, false),
+            (16, true),
+            (1 << 16, true),
+        ],
+        |slots| config().job_table_chunk_slots(slots as usize),
+    );
+}

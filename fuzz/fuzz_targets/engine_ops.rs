@@ -196,6 +196,9 @@ fn config() -> Config {
     // engine takes), so that most passes after a clock step seal one: a log rolled early,
     // folded at once, then crashed or reopened.
     c.seal_after_ms = 1_000;
+    // The job table's smallest chunks: an input's few dozen jobs fill and give back chunks,
+    // and jobs move between slots with their timers.
+    c.job_table_chunk_slots = 16;
     assert_eq!(c.id_block, ID_BLOCK);
     c
 }

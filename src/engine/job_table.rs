@@ -5,7 +5,7 @@
 //! keeps from an eighth to more than half of its places empty (it doubles when seven eighths
 //! are full). With an 80-byte job and its id in each entry, that spare room cost about 50
 //! bytes per job on top of the 88 in use. Here the tables hold a `u32` per job, and their
-//! spare room costs a few bytes; the slab holds each job once, in chunks of [`CHUNK`] slots
+//! spare room costs a few bytes; the slab holds each job once, in chunks of [`CHUNK_SLOTS_DEFAULT`] slots (`Config::job_table_chunk_slots`)
 //! that are allocated as the jobs grow and never moved, so a growth under the state lock moves
 //! 4-byte entries only. The harness's `resident` workload (a million pending jobs with 16-byte
 //! payloads, heap bytes per job): 189 with the `IdMap`, 133 with this table, 125 once the job
@@ -29,10 +29,10 @@ use hashbrown::HashTable;
 use super::table::{Job, RESERVE_MIN, SHARDS, reserve_in_shard, shard_of};
 use crate::job::{IdBuild, JobId};
 
-/// Slots per chunk of the slab: 80 KiB with 80-byte slots. The unit tests use 16-slot chunks,
-/// so that their few hundred jobs fill, empty and give back many chunks.
-const CHUNK_BITS: u32 = if cfg!(test) { 4 } else { 10 };
-const CHUNK: usize = 1 << CHUNK_BITS;
+/// Slots per chunk of the slab by default (`Config::job_table_chunk_slots`): 80 KiB with
+/// 80-byte slots. The unit tests and the simulation use 16-slot chunks, so that their few
+/// hundred jobs fill, empty and give back many chunks.
+pub(crate) const CHUNK_SLOTS_DEFAULT: usize = 1 << 10;
 
 /// A slot of the slab: a job and its id, or a link in its chunk's list of free slots.
 enum Slot {
@@ -51,7 +51,7 @@ const _: () = assert!(std::mem::size_of::<Slot>() == 80, "a job and its id");
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct At(u32);
 
-/// `CHUNK` slots, with the list of its free ones and a count of its jobs.
+/// A chunk's worth of slots, with the list of its free ones and a count of its jobs.
 struct Chunk {
     slots: Box<[Slot]>,
     /// The first free slot (a slot number of the whole slab), `NO_SLOT` if the chunk is full.
@@ -73,38 +73,35 @@ pub(crate) struct JobTable {
 /// in another order).
 fn entry<'a>(
     shards: &'a mut [HashTable<u32>],
-    chunks: &[Chunk],
+    slab: &Slab,
     id: JobId,
 ) -> hashbrown::hash_table::Entry<'a, u32> {
     shards[shard_of(id)].entry(
         hash(id),
-        |&slot| *full(chunks, slot).0 == id,
-        |&slot| hash(*full(chunks, slot).0),
+        |&slot| *slab.full(slot).0 == id,
+        |&slot| hash(*slab.full(slot).0),
     )
 }
 
 /// The slab: chunks of slots, and which of them have room.
-#[derive(Default)]
 struct Slab {
     chunks: Vec<Chunk>,
+    /// Slots per chunk: `1 << chunk_bits`.
+    chunk_bits: u32,
     /// A bit per chunk that has a free slot. A new job takes a slot of the lowest such chunk,
     /// so that the jobs gather at the start of the slab and its end empties (`give_back`).
     open: Vec<u64>,
     /// Every chunk below this one is full.
     lowest_open: usize,
     /// No slot of the last chunk at or above this index is full (what `give_back` has
-    /// emptied of it so far); `CHUNK` when unknown. (0 for an empty slab, which has no last
-    /// chunk.)
+    /// emptied of it so far); a chunk's slots when unknown. (0 for an empty slab, which has
+    /// no last chunk.)
     tail_scan: usize,
 }
 
 impl Default for JobTable {
     fn default() -> Self {
-        JobTable {
-            shards: (0..SHARDS).map(|_| HashTable::new()).collect(),
-            slab: Slab::default(),
-            len: 0,
-        }
+        Self::with_chunk_slots(CHUNK_SLOTS_DEFAULT)
     }
 }
 
@@ -119,35 +116,51 @@ fn hash(id: JobId) -> u64 {
     IdBuild::default().hash_one(id)
 }
 
-/// Slot `slot` of `chunks`.
-#[inline]
-fn cell(chunks: &[Chunk], slot: u32) -> &Slot {
-    &chunks[(slot >> CHUNK_BITS) as usize].slots[slot as usize & (CHUNK - 1)]
-}
-
-#[inline]
-fn cell_mut(chunks: &mut [Chunk], slot: u32) -> &mut Slot {
-    &mut chunks[(slot >> CHUNK_BITS) as usize].slots[slot as usize & (CHUNK - 1)]
-}
-
-/// The job of slot `slot` of `chunks`, which must be full.
-#[inline]
-fn full(chunks: &[Chunk], slot: u32) -> (&JobId, &Job) {
-    match cell(chunks, slot) {
-        Slot::Full(id, job) => (id, job),
-        Slot::Free(_) => unreachable!("slot {slot} is in a table and free"),
-    }
-}
-
-#[inline]
-fn full_mut(chunks: &mut [Chunk], slot: u32) -> (&JobId, &mut Job) {
-    match cell_mut(chunks, slot) {
-        Slot::Full(id, job) => (id, job),
-        Slot::Free(_) => unreachable!("slot {slot} is in a table and free"),
-    }
-}
-
 impl Slab {
+    /// Slots per chunk.
+    #[inline]
+    fn chunk(&self) -> usize {
+        1 << self.chunk_bits
+    }
+
+    /// The chunk of slot `slot`, and its place in it.
+    #[inline]
+    fn split(&self, slot: u32) -> (usize, usize) {
+        (
+            (slot >> self.chunk_bits) as usize,
+            slot as usize & (self.chunk() - 1),
+        )
+    }
+
+    #[inline]
+    fn cell(&self, slot: u32) -> &Slot {
+        let (c, i) = self.split(slot);
+        &self.chunks[c].slots[i]
+    }
+
+    #[inline]
+    fn cell_mut(&mut self, slot: u32) -> &mut Slot {
+        let (c, i) = self.split(slot);
+        &mut self.chunks[c].slots[i]
+    }
+
+    /// The job of slot `slot`, which must be full.
+    #[inline]
+    fn full(&self, slot: u32) -> (&JobId, &Job) {
+        match self.cell(slot) {
+            Slot::Full(id, job) => (id, job),
+            Slot::Free(_) => unreachable!("slot {slot} is in a table and free"),
+        }
+    }
+
+    #[inline]
+    fn full_mut(&mut self, slot: u32) -> (&JobId, &mut Job) {
+        match self.cell_mut(slot) {
+            Slot::Full(id, job) => (id, job),
+            Slot::Free(_) => unreachable!("slot {slot} is in a table and free"),
+        }
+    }
+
     fn set_open(&mut self, chunk: usize, open: bool) {
         let (word, bit) = (chunk / 64, 1u64 << (chunk % 64));
         if open {
@@ -174,18 +187,13 @@ impl Slab {
             word * 64 + bits.trailing_zeros() as usize
         } else {
             let chunk = self.chunks.len();
-            let base = u32::try_from(chunk * CHUNK)
+            let size = self.chunk() as u32;
+            let base = u32::try_from(chunk * self.chunk())
                 .ok()
-                .filter(|base| base.checked_add(CHUNK as u32).is_some())
+                .filter(|base| base.checked_add(size).is_some())
                 .expect("fewer than 4 billion jobs in memory");
-            let slots = (0..CHUNK as u32)
-                .map(|i| {
-                    Slot::Free(if i + 1 < CHUNK as u32 {
-                        base + i + 1
-                    } else {
-                        NO_SLOT
-                    })
-                })
+            let slots = (0..size)
+                .map(|i| Slot::Free(if i + 1 < size { base + i + 1 } else { NO_SLOT }))
                 .collect();
             self.chunks.push(Chunk {
                 slots,
@@ -206,11 +214,12 @@ impl Slab {
     fn take(&mut self, id: JobId, job: Job) -> u32 {
         let c = self.open_chunk();
         if c + 1 == self.chunks.len() {
-            self.tail_scan = CHUNK;
+            self.tail_scan = self.chunk();
         }
+        let mask = self.chunk() - 1;
         let chunk = &mut self.chunks[c];
         let slot = chunk.free;
-        let at = slot as usize & (CHUNK - 1);
+        let at = slot as usize & mask;
         match std::mem::replace(&mut chunk.slots[at], Slot::Full(id, job)) {
             Slot::Free(next) => chunk.free = next,
             Slot::Full(..) => unreachable!("slot {slot} is on the free list and full"),
@@ -232,7 +241,11 @@ impl Slab {
             self.open.pop();
         }
         self.lowest_open = self.lowest_open.min(self.chunks.len());
-        self.tail_scan = if self.chunks.is_empty() { 0 } else { CHUNK };
+        self.tail_scan = if self.chunks.is_empty() {
+            0
+        } else {
+            self.chunk()
+        };
     }
 
     /// A full slot of the last chunk, from its top down: the last chunk must have a job.
@@ -243,19 +256,17 @@ impl Slab {
         loop {
             self.tail_scan -= 1;
             if matches!(chunk.slots[self.tail_scan], Slot::Full(..)) {
-                return (last * CHUNK + self.tail_scan) as u32;
+                return (last * self.chunk() + self.tail_scan) as u32;
             }
         }
     }
 
     /// Frees slot `slot`, which must be full: its id and job.
     fn release(&mut self, slot: u32) -> (JobId, Job) {
-        let c = (slot >> CHUNK_BITS) as usize;
+        let (c, i) = self.split(slot);
         let chunk = &mut self.chunks[c];
         let freed = Slot::Free(chunk.free);
-        let Slot::Full(id, job) =
-            std::mem::replace(&mut chunk.slots[slot as usize & (CHUNK - 1)], freed)
-        else {
+        let Slot::Full(id, job) = std::mem::replace(&mut chunk.slots[i], freed) else {
             unreachable!("slot {slot} is in a table and free");
         };
         chunk.free = slot;
@@ -266,7 +277,28 @@ impl Slab {
 }
 
 impl JobTable {
+    /// An empty table whose slab grows and shrinks `chunk_slots` slots at a time (a power of
+    /// two, at least 2).
+    pub fn with_chunk_slots(chunk_slots: usize) -> Self {
+        assert!(
+            chunk_slots.is_power_of_two() && chunk_slots >= 2,
+            "chunk slots {chunk_slots}: a power of two, at least 2"
+        );
+        JobTable {
+            shards: (0..SHARDS).map(|_| HashTable::new()).collect(),
+            slab: Slab {
+                chunks: Vec::new(),
+                chunk_bits: chunk_slots.trailing_zeros(),
+                open: Vec::new(),
+                lowest_open: 0,
+                tail_scan: 0,
+            },
+            len: 0,
+        }
+    }
+
     /// An empty table with room for `capacity` jobs in its hash tables.
+    #[cfg(test)]
     pub fn with_capacity(capacity: usize) -> Self {
         let mut table = Self::default();
         if capacity > 0 {
@@ -282,29 +314,29 @@ impl JobTable {
     /// The slot of `id`, if it is in the table.
     #[inline]
     fn find(&self, id: JobId) -> Option<u32> {
-        let chunks = &self.slab.chunks;
+        let slab = &self.slab;
         self.shards[shard_of(id)]
-            .find(hash(id), |&slot| *full(chunks, slot).0 == id)
+            .find(hash(id), |&slot| *slab.full(slot).0 == id)
             .copied()
     }
 
     #[inline]
     pub fn get(&self, id: &JobId) -> Option<&Job> {
         let slot = self.find(*id)?;
-        Some(full(&self.slab.chunks, slot).1)
+        Some(self.slab.full(slot).1)
     }
 
     #[inline]
     pub fn get_mut(&mut self, id: &JobId) -> Option<&mut Job> {
         let slot = self.find(*id)?;
-        Some(full_mut(&mut self.slab.chunks, slot).1)
+        Some(self.slab.full_mut(slot).1)
     }
 
     /// The job `id` and where it is.
     #[inline]
     pub fn get_at_mut(&mut self, id: &JobId) -> Option<(At, &mut Job)> {
         let slot = self.find(*id)?;
-        Some((At(slot), full_mut(&mut self.slab.chunks, slot).1))
+        Some((At(slot), self.slab.full_mut(slot).1))
     }
 
     #[inline]
@@ -315,13 +347,10 @@ impl JobTable {
     /// Inserts or replaces; the job replaced, if any.
     #[cfg(test)]
     pub fn insert(&mut self, id: JobId, job: Job) -> Option<Job> {
-        match entry(&mut self.shards, &self.slab.chunks, id) {
+        match entry(&mut self.shards, &self.slab, id) {
             hashbrown::hash_table::Entry::Occupied(e) => {
                 let slot = *e.get();
-                Some(std::mem::replace(
-                    full_mut(&mut self.slab.chunks, slot).1,
-                    job,
-                ))
+                Some(std::mem::replace(self.slab.full_mut(slot).1, job))
             }
             hashbrown::hash_table::Entry::Vacant(v) => {
                 v.insert(self.slab.take(id, job));
@@ -333,7 +362,7 @@ impl JobTable {
 
     /// Inserts a job not in the table yet (asserted), and says where it is.
     pub fn insert_new(&mut self, id: JobId, job: Job) -> At {
-        match entry(&mut self.shards, &self.slab.chunks, id) {
+        match entry(&mut self.shards, &self.slab, id) {
             hashbrown::hash_table::Entry::Occupied(_) => panic!("job {id} is in the table already"),
             hashbrown::hash_table::Entry::Vacant(v) => {
                 let slot = self.slab.take(id, job);
@@ -345,9 +374,9 @@ impl JobTable {
     }
 
     pub fn remove(&mut self, id: &JobId) -> Option<Job> {
-        let chunks = &self.slab.chunks;
+        let slab = &self.slab;
         let entry = self.shards[shard_of(*id)]
-            .find_entry(hash(*id), |&slot| *full(chunks, slot).0 == *id)
+            .find_entry(hash(*id), |&slot| *slab.full(slot).0 == *id)
             .ok()?;
         let (slot, _) = entry.remove();
         let (_, job) = self.slab.release(slot);
@@ -359,8 +388,9 @@ impl JobTable {
     /// worth at least (so that a number of jobs that goes up and down by a few does not take
     /// and give back a chunk each time).
     fn roomy(&self) -> bool {
-        let slots = self.slab.chunks.len() * CHUNK;
-        slots - self.len >= (2 * CHUNK).max(slots / 4)
+        let chunk = self.slab.chunk();
+        let slots = self.slab.chunks.len() * chunk;
+        slots - self.len >= (2 * chunk).max(slots / 4)
     }
 
     /// Gives memory back while the slab has much room to spare ([`roomy`](Self::roomy)):
@@ -391,12 +421,15 @@ impl JobTable {
             let (id, job) = self.slab.release(from);
             // Roomy: the chunks below the last have at least a chunk's worth of free slots.
             let to = self.slab.take(id, job);
-            assert!((to as usize) < last * CHUNK, "job {id} moved down");
+            assert!(
+                (to as usize) < last * self.slab.chunk(),
+                "job {id} moved down"
+            );
             let place = self.shards[shard_of(id)]
                 .find_mut(hash(id), |&slot| slot == from)
                 .expect("the table names the job's slot");
             *place = to;
-            moved(id, At(to), full_mut(&mut self.slab.chunks, to).1);
+            moved(id, At(to), self.slab.full_mut(to).1);
             moves += 1;
         }
         moves
@@ -405,7 +438,7 @@ impl JobTable {
     /// Slots in the slab, free or full.
     #[cfg(test)]
     pub fn slots(&self) -> usize {
-        self.slab.chunks.len() * CHUNK
+        self.slab.chunks.len() * self.slab.chunk()
     }
 
     /// Room for `additional` more jobs in the hash tables, spread over the shards as ids spread
@@ -415,20 +448,16 @@ impl JobTable {
         if additional < RESERVE_MIN {
             return;
         }
-        let chunks = &self.slab.chunks;
+        let slab = &self.slab;
         for (i, shard) in self.shards.iter_mut().enumerate() {
-            shard.reserve(reserve_in_shard(additional, i), |&s| {
-                hash(*full(chunks, s).0)
-            });
+            shard.reserve(reserve_in_shard(additional, i), |&s| hash(*slab.full(s).0));
         }
     }
 
     /// The jobs of shard `shard` (below [`SHARDS`]).
     pub fn shard_iter(&self, shard: usize) -> impl Iterator<Item = (&JobId, &Job)> {
-        let chunks = &self.slab.chunks;
-        self.shards[shard]
-            .iter()
-            .map(move |&slot| full(chunks, slot))
+        let slab = &self.slab;
+        self.shards[shard].iter().map(move |&slot| slab.full(slot))
     }
 
     /// Every job, shard by shard (in no particular order, as a `HashMap`'s).
@@ -440,7 +469,7 @@ impl JobTable {
     pub fn for_each_mut(&mut self, mut f: impl FnMut(JobId, At, &mut Job)) {
         for shard in self.shards.iter() {
             for &slot in shard.iter() {
-                let (&id, job) = full_mut(&mut self.slab.chunks, slot);
+                let (&id, job) = self.slab.full_mut(slot);
                 f(id, At(slot), job);
             }
         }
@@ -448,7 +477,7 @@ impl JobTable {
 
     /// The job `id` at `at`, without a lookup: asserts that the slot still holds `id`.
     pub fn at_mut(&mut self, at: At, id: JobId) -> &mut Job {
-        let (&held, job) = full_mut(&mut self.slab.chunks, at.0);
+        let (&held, job) = self.slab.full_mut(at.0);
         assert_eq!(held, id, "slot {} moved on since it was handed out", at.0);
         job
     }
@@ -458,7 +487,7 @@ impl JobTable {
     /// one that fired).
     #[inline]
     pub fn at(&mut self, at: At) -> (JobId, &mut Job) {
-        let (&id, job) = full_mut(&mut self.slab.chunks, at.0);
+        let (&id, job) = self.slab.full_mut(at.0);
         (id, job)
     }
 
@@ -483,6 +512,9 @@ mod tests {
     use crate::job::JobState;
     use std::collections::BTreeMap;
 
+    /// Small chunks, so that a few hundred jobs fill, empty and give back many.
+    const CHUNK: usize = 16;
+
     fn job(due_ms: u64) -> Job {
         Job {
             due_ms,
@@ -504,7 +536,7 @@ mod tests {
     /// every call, and the same order of iteration (the simulation's trace depends on it).
     #[test]
     fn the_job_table_answers_and_iterates_as_an_id_map() {
-        let mut table = JobTable::default();
+        let mut table = JobTable::with_chunk_slots(CHUNK);
         let mut model: IdMap<u64> = IdMap::default();
         let mut next = xorshift(0x0dd0_1234_5678_9abc);
         for step in 0..300_000u64 {
@@ -568,7 +600,7 @@ mod tests {
     /// is reported moved. Against a model of where each job is.
     #[test]
     fn jobs_that_leave_give_the_slab_back_and_moves_say_where_jobs_went() {
-        let mut table = JobTable::default();
+        let mut table = JobTable::with_chunk_slots(CHUNK);
         let mut places: BTreeMap<JobId, (At, u64)> = BTreeMap::new();
         let mut next = xorshift(0x005e_ed0f_b1ab);
         let mut seq = 0u64;

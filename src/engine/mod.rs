@@ -29,6 +29,7 @@ pub use recurring::ScheduleInfo;
 mod state;
 mod table;
 mod timer;
+pub(crate) use job_table::CHUNK_SLOTS_DEFAULT;
 #[cfg(feature = "sidecar")]
 pub(crate) use timer::raise_priority;
 mod worker;
@@ -230,7 +231,12 @@ impl Engine {
         let open_started_ms = clock.now_ms();
         let new_state = || {
             let (ready_tx, ready_rx) = crossbeam_channel::unbounded();
-            let mut state = State::new(clock.now_ms(), 0, config.lease_ms, ready_tx);
+            let mut state = State::new(
+                clock.now_ms(),
+                config.job_table_chunk_slots,
+                config.lease_ms,
+                ready_tx,
+            );
             if config.fair_tenants {
                 state.fair = Some(fair::Fair::new(
                     config.ready_channel_depth,

@@ -169,10 +169,12 @@ fn histogram() -> hdrhistogram::Histogram<u64> {
 }
 
 impl State {
-    pub fn new(now_ms: u64, capacity: usize, lease_ms: u64, ready_tx: Sender<JobId>) -> Self {
+    /// An empty state at `now_ms`; its job table's slab grows and shrinks `chunk_slots` slots
+    /// at a time (`Config::job_table_chunk_slots`).
+    pub fn new(now_ms: u64, chunk_slots: usize, lease_ms: u64, ready_tx: Sender<JobId>) -> Self {
         State {
-            jobs: JobMap::with_capacity(capacity),
-            due: TimingWheel::with_capacity(now_ms, capacity),
+            jobs: JobMap::with_chunk_slots(chunk_slots),
+            due: TimingWheel::new(now_ms),
             leases: TimingWheel::new(now_ms),
             counters: Counters::default(),
             now_ms,
@@ -1560,7 +1562,7 @@ mod moves {
     #[test]
     fn timers_follow_the_jobs_the_table_moves() {
         let (tx, rx) = crossbeam_channel::unbounded();
-        let mut state = State::new(T0, 0, LEASE_MS, tx);
+        let mut state = State::new(T0, 16, LEASE_MS, tx);
         let mut model = Model::default();
         let mut next = xorshift(0x00c0_ffee_d00d);
         let (mut seq, mut lsn) = (0u64, 0u64);

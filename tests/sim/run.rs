@@ -203,6 +203,14 @@ impl Sim {
             _ => 600_000,
         };
         c.misfire_threshold_ms = self.feat.misfire_threshold_ms;
+        // The job table's smallest chunks in about three seeds of four, so that a few hundred jobs
+        // fill and give back many chunks, and jobs move between slots with their timers (the
+        // default's 1,024-slot chunks are given back only past 2,048 free slots).
+        c.job_table_chunk_slots = if (self.model.id_block / 9).is_multiple_of(4) {
+            1024
+        } else {
+            16
+        };
         if let Some(f) = &self.feat.fair {
             c.fair_tenants = true;
             c.ready_channel_depth = f.depth;
