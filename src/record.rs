@@ -185,6 +185,27 @@ pub struct ScheduleRecord<'a> {
     pub payload: &'a [u8],
 }
 
+impl<'a> ScheduleRecord<'a> {
+    /// The schedule of a plain job: tenant and shard 0, no flags (a UTF-8 payload), the
+    /// engine's default attempts and backoff, no key, not recurring. (For tests.)
+    #[cfg(any(test, feature = "testing"))]
+    pub fn plain(id: JobId, due_ms: u64, created_ms: u64, payload: &'a [u8]) -> Self {
+        ScheduleRecord {
+            id,
+            due_ms,
+            created_ms,
+            tenant: 0,
+            shard: 0,
+            flags: 0,
+            max_attempts: 0,
+            backoff: None,
+            key: None,
+            recurring: None,
+            payload,
+        }
+    }
+}
+
 /// One decoded record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event<'a> {

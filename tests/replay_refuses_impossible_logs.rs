@@ -20,19 +20,7 @@ fn id(n: u64) -> JobId {
 }
 
 fn schedule(n: u64) -> Event<'static> {
-    Event::Schedule(ScheduleRecord {
-        id: id(n),
-        due_ms: T0,
-        created_ms: T0,
-        tenant: 0,
-        shard: 0,
-        flags: 0,
-        max_attempts: 0,
-        backoff: None,
-        key: None,
-        recurring: None,
-        payload: b"",
-    })
+    Event::Schedule(ScheduleRecord::plain(id(n), T0, T0, b""))
 }
 
 fn claim(n: u64, attempt: u32) -> Event<'static> {

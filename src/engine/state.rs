@@ -1520,19 +1520,8 @@ mod moves {
     const LEASE_MS: u64 = 500;
 
     fn schedule(state: &mut State, id: JobId, due_ms: u64, lsn: u64) {
-        let record = ScheduleRecord {
-            id,
-            due_ms,
-            created_ms: T0,
-            tenant: 0,
-            shard: 0,
-            flags: 0,
-            max_attempts: 0,
-            backoff: None,
-            key: None,
-            recurring: None,
-            payload: &due_ms.to_le_bytes(),
-        };
+        let payload = due_ms.to_le_bytes();
+        let record = ScheduleRecord::plain(id, due_ms, T0, &payload);
         state
             .apply(&Event::Schedule(record), Mode::Live, lsn)
             .expect("a new id");
