@@ -42,6 +42,11 @@ enum Slot {
 }
 
 const NO_SLOT: u32 = u32::MAX;
+
+/// Jobs moved by [`JobTable::give_back`] in this process, all tables together: what the
+/// simulation reads to check that it reaches the moves.
+#[cfg(feature = "testing")]
+pub(crate) static MOVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 const _: () = assert!(std::mem::size_of::<Slot>() == 80, "a job and its id");
 
 /// Where a job is in the table: its slot, the same for as long as the job is in the table,
@@ -432,6 +437,8 @@ impl JobTable {
             moved(id, At(to), self.slab.full_mut(to).1);
             moves += 1;
         }
+        #[cfg(feature = "testing")]
+        MOVES.fetch_add(moves as u64, std::sync::atomic::Ordering::Relaxed);
         moves
     }
 

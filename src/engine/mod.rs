@@ -922,6 +922,13 @@ impl Engine {
         }
     }
 
+    /// Jobs that the job tables of every engine in this process moved to lower slots to give
+    /// memory back once their number fell: the simulation checks that its seeds reach it.
+    #[cfg(feature = "testing")]
+    pub fn job_table_moves() -> u64 {
+        job_table::MOVES.load(Ordering::Relaxed)
+    }
+
     /// The next time something is due (a job, a claim deadline or a lease).
     #[cfg(feature = "testing")]
     pub fn next_deadline(&self) -> Option<u64> {
