@@ -18,9 +18,10 @@
 //! ([`JobTable::give_back`]). The same workload, nine jobs in ten then cancelled: 548 heap
 //! bytes kept per job left, from 1,242 with no give-back.
 //!
-//! The tables see the same inserts and removes, hashed alike, as an `IdMap` would: they visit
-//! the jobs in the same order (which the simulation's trace digest checks). A move rewrites a
-//! table's entry in place, so it changes no order either.
+//! A shard's hash table shrinks once it holds an eighth of its room (a drained burst gives the
+//! tables back too), which reorders its entries: nothing that the engine does depends on that
+//! order. A reopen arms the wheel in slot order (`for_each_mut`), listings sort what they
+//! find, and a move rewrites a table's entry in place.
 
 use std::hash::BuildHasher as _;
 
@@ -42,6 +43,9 @@ enum Slot {
 }
 
 const NO_SLOT: u32 = u32::MAX;
+
+/// A shard's hash table shrinks only above this many buckets (see [`JobTable::remove`]).
+const SHARD_SHRINK_MIN: usize = 64;
 
 /// Jobs moved by [`JobTable::give_back`] in this process, all tables together: what the
 /// simulation reads to check that it reaches the moves.
@@ -380,10 +384,18 @@ impl JobTable {
 
     pub fn remove(&mut self, id: &JobId) -> Option<Job> {
         let slab = &self.slab;
-        let entry = self.shards[shard_of(*id)]
+        let shard = &mut self.shards[shard_of(*id)];
+        let entry = shard
             .find_entry(hash(*id), |&slot| *slab.full(slot).0 == *id)
             .ok()?;
         let (slot, _) = entry.remove();
+        // A shard that emptied to an eighth of its buckets shrinks to room for twice its jobs: a burst that drained gives the hash tables back too. Growth doubles, so
+        // a number of jobs that goes up and down by a little never shrinks and grows in turn.
+        // (Buckets, not `capacity`: a removal that leaves a tombstone takes no room back, so
+        // `capacity` falls with the jobs.)
+        if shard.num_buckets() > SHARD_SHRINK_MIN && shard.len() * 8 < shard.num_buckets() {
+            shard.shrink_to(shard.len() * 2, |&s| hash(*slab.full(s).0));
+        }
         let (_, job) = self.slab.release(slot);
         self.len -= 1;
         Some(job)
@@ -405,8 +417,7 @@ impl JobTable {
     ///
     /// New jobs take the lowest free slot, so once the number of jobs fell, the last chunks
     /// empty as jobs leave, and the moves are few; the caller pays for them a few at a time,
-    /// as jobs leave. The hash tables keep their size (shrinking one would move its entries,
-    /// and change the order the jobs are visited in).
+    /// as jobs leave. (The hash tables shrink in [`remove`](Self::remove).)
     pub fn give_back(
         &mut self,
         max_moves: usize,
@@ -472,12 +483,21 @@ impl JobTable {
         (0..SHARDS).flat_map(|shard| self.shard_iter(shard))
     }
 
-    /// Calls `f` on every job, with where it is, in [`iter`](Self::iter)'s order.
+    /// Calls `f` on every job, with where it is, in slot order: a walk through the slab from
+    /// its start (sequential, where [`iter`](Self::iter)'s order reaches the slots at random).
+    /// The order is the slots', which the calls that filled and emptied the table decide, not
+    /// the hash tables' sizes: a reopen arms the wheel in it (`State::arm_after_replay`), so
+    /// that jobs due in the same millisecond fire in an order the log alone decides.
     pub fn for_each_mut(&mut self, mut f: impl FnMut(JobId, At, &mut Job)) {
-        for shard in self.shards.iter() {
-            for &slot in shard.iter() {
-                let (&id, job) = self.slab.full_mut(slot);
-                f(id, At(slot), job);
+        let size = self.slab.chunk();
+        for (c, chunk) in self.slab.chunks.iter_mut().enumerate() {
+            if chunk.live == 0 {
+                continue;
+            }
+            for (i, slot) in chunk.slots.iter_mut().enumerate() {
+                if let Slot::Full(id, job) = slot {
+                    f(*id, At((c * size + i) as u32), job);
+                }
             }
         }
     }
@@ -540,7 +560,7 @@ mod tests {
     }
 
     /// The slab's table against an `IdMap` holding the same jobs inline: the same answers to
-    /// every call, and the same order of iteration (the simulation's trace depends on it).
+    /// every call, the same jobs when iterated, and `for_each_mut` in slot order.
     #[test]
     fn the_job_table_answers_and_iterates_as_an_id_map() {
         let mut table = JobTable::with_chunk_slots(CHUNK);
@@ -578,9 +598,11 @@ mod tests {
             }
             assert_eq!(table.len(), model.len());
         }
-        let ours: Vec<(JobId, u64)> = table.iter().map(|(&id, j)| (id, j.due_ms)).collect();
-        let theirs: Vec<(JobId, u64)> = model.iter().map(|(&id, &v)| (id, v)).collect();
-        assert_eq!(ours, theirs, "the same jobs in the same order");
+        let mut ours: Vec<(JobId, u64)> = table.iter().map(|(&id, j)| (id, j.due_ms)).collect();
+        let mut theirs: Vec<(JobId, u64)> = model.iter().map(|(&id, &v)| (id, v)).collect();
+        ours.sort_unstable();
+        theirs.sort_unstable();
+        assert_eq!(ours, theirs, "the same jobs");
         let mut visited = Vec::new();
         let mut places = Vec::new();
         table.for_each_mut(|id, at, j| {
@@ -588,7 +610,12 @@ mod tests {
             visited.push((id, j.due_ms));
             places.push((id, at));
         });
-        assert_eq!(visited, theirs, "for_each_mut visits in iter's order");
+        assert!(
+            places.windows(2).all(|w| w[0].1.0 < w[1].1.0),
+            "for_each_mut visits in slot order"
+        );
+        visited.sort_unstable();
+        assert_eq!(visited, theirs, "for_each_mut visits every job once");
         for &(id, at) in &places {
             let due_ms = table[&id].due_ms;
             assert_eq!(table.at_mut(at, id).due_ms, due_ms, "job {id:?}");
@@ -666,6 +693,48 @@ mod tests {
                 assert!(slots <= CHUNK, "a drained table keeps one chunk at most");
             }
         }
+    }
+
+    /// A burst that drained gives the hash tables' room back: after 300,000 jobs, 1,000 left
+    /// keep less than a twentieth of the peak's room (each shard's buckets an eighth full at
+    /// least, or at their fewest), every one still found; and the table grows again as before.
+    #[test]
+    fn a_drained_table_gives_its_hash_tables_back() {
+        const PEAK: u64 = 300_000;
+        let room = |t: &JobTable| t.shards.iter().map(HashTable::capacity).sum::<usize>();
+        let mut table = JobTable::with_chunk_slots(CHUNK);
+        for seq in 0..PEAK {
+            table.insert_new(JobId::compose(seq, 493_000), job(seq));
+        }
+        let peak = room(&table);
+        assert!(peak >= PEAK as usize);
+        for seq in 0..PEAK {
+            if seq % 300 != 0 {
+                table.remove(&JobId::compose(seq, 493_000)).expect("held");
+            }
+        }
+        assert_eq!(table.len(), 1_000);
+        let drained = room(&table);
+        assert!(drained * 20 < peak, "{drained} places kept of {peak}");
+        for shard in table.shards.iter() {
+            assert!(
+                shard.num_buckets() <= SHARD_SHRINK_MIN || shard.len() * 8 >= shard.num_buckets(),
+                "a shard of {} jobs keeps {} buckets",
+                shard.len(),
+                shard.num_buckets()
+            );
+        }
+        for seq in (0..PEAK).step_by(300) {
+            assert_eq!(
+                table.get(&JobId::compose(seq, 493_000)).map(|j| j.lsn),
+                Some(seq)
+            );
+        }
+        for seq in PEAK..2 * PEAK {
+            table.insert_new(JobId::compose(seq, 493_000), job(seq));
+        }
+        assert_eq!(table.len(), 1_000 + PEAK as usize);
+        assert!(room(&table) >= table.len());
     }
 
     /// A table reserved for `n` entries takes `n` consecutive ids without any shard growing

@@ -995,8 +995,10 @@ impl State {
     }
 
     /// After replay: `missed` (due by now) jobs go straight to the ready queue in due order,
-    /// the rest onto the due wheel. A job replay left leased was interrupted: it is ready
-    /// again, its lease still open in the log (the next claim writes the `Expire`).
+    /// the rest onto the due wheel, in the job table's slot order (a sequential walk, which
+    /// the log's records alone decide: jobs due in the same millisecond fire in it). A job
+    /// replay left leased was interrupted: it is ready again, its lease still open in the log
+    /// (the next claim writes the `Expire`).
     pub fn arm_after_replay(&mut self, open_started_ms: u64) -> ArmReport {
         let now_ms = self.now_ms;
         self.in_state = [0; 3];
