@@ -5,9 +5,9 @@
 //! keeps from an eighth to more than half of its places empty (it doubles when seven eighths
 //! are full). With an 80-byte job and its id in each entry, that spare room cost about 50
 //! bytes per job on top of the 88 in use. Here the tables hold a `u32` per job, and their
-//! spare room costs a few bytes; the slab holds each job once, in chunks of [`CHUNK_SLOTS_DEFAULT`] slots (`Config::job_table_chunk_slots`)
-//! that are allocated as the jobs grow and never moved, so a growth under the state lock moves
-//! 4-byte entries only. The harness's `resident` workload (a million pending jobs with 16-byte
+//! spare room costs a few bytes; the slab holds each job once, in chunks of
+//! [`CHUNK_SLOTS_DEFAULT`] slots (`Config::job_table_chunk_slots`) that are allocated as the
+//! jobs grow and never moved, so a growth under the state lock moves 4-byte entries only. The harness's `resident` workload (a million pending jobs with 16-byte
 //! payloads, heap bytes per job): 189 with the `IdMap`, 133 with this table, 125 once the job
 //! shrank to 72 bytes (the timer key's generation never 0, two rare flags in a byte), 121 once
 //! the wheels held slot numbers rather than ids (a 12-byte wheel entry).
@@ -18,9 +18,9 @@
 //! ([`JobTable::give_back`]). The same workload, nine jobs in ten then cancelled: 548 heap
 //! bytes kept per job left, from 1,242 with no give-back.
 //!
-//! A shard's hash table shrinks once it holds an eighth of its room (a drained burst gives the
-//! tables back too), which reorders its entries: nothing that the engine does depends on that
-//! order. A reopen arms the wheel in slot order (`for_each_mut`), listings sort what they
+//! A shard's hash table shrinks once its jobs fill an eighth of its buckets (a drained burst
+//! gives the tables back too: 362 bytes kept per job left, from 419), which reorders its
+//! entries: nothing that the engine does depends on that order. A reopen arms the wheel in slot order (`for_each_mut`), listings sort what they
 //! find, and a move rewrites a table's entry in place.
 
 use std::hash::BuildHasher as _;
@@ -43,6 +43,7 @@ enum Slot {
 }
 
 const NO_SLOT: u32 = u32::MAX;
+const _: () = assert!(std::mem::size_of::<Slot>() == 80, "a job and its id");
 
 /// A shard's hash table shrinks only above this many buckets (see [`JobTable::remove`]).
 const SHARD_SHRINK_MIN: usize = 64;
@@ -51,7 +52,6 @@ const SHARD_SHRINK_MIN: usize = 64;
 /// simulation reads to check that it reaches the moves.
 #[cfg(feature = "testing")]
 pub(crate) static MOVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-const _: () = assert!(std::mem::size_of::<Slot>() == 80, "a job and its id");
 
 /// Where a job is in the table: its slot, the same for as long as the job is in the table,
 /// unless [`JobTable::give_back`] moves it (and says so). The wheels hold it as their timers'
@@ -76,10 +76,8 @@ pub(crate) struct JobTable {
     len: usize,
 }
 
-/// The place of `id` in its shard's table, found or made. With `entry`, as `HashMap::insert`:
-/// it makes room before it looks for a place, where `insert_unique` would reuse a removed
-/// entry's place first, and the tables would then differ from an `IdMap`'s (and visit the jobs
-/// in another order).
+/// The place of `id` in its shard's table, found or made (one probe: a new id is checked
+/// absent and placed with the same hash).
 fn entry<'a>(
     shards: &'a mut [HashTable<u32>],
     slab: &Slab,
@@ -389,10 +387,11 @@ impl JobTable {
             .find_entry(hash(*id), |&slot| *slab.full(slot).0 == *id)
             .ok()?;
         let (slot, _) = entry.remove();
-        // A shard that emptied to an eighth of its buckets shrinks to room for twice its jobs: a burst that drained gives the hash tables back too. Growth doubles, so
-        // a number of jobs that goes up and down by a little never shrinks and grows in turn.
-        // (Buckets, not `capacity`: a removal that leaves a tombstone takes no room back, so
-        // `capacity` falls with the jobs.)
+        // A shard whose jobs fill an eighth of its buckets shrinks to room for twice its jobs:
+        // a burst that drained gives the hash tables back too. Growth doubles, so a number of
+        // jobs that goes up and down by a little never shrinks and grows in turn. (Buckets,
+        // not `capacity`: a removal that leaves a tombstone takes no room back, so `capacity`
+        // falls with the jobs.)
         if shard.num_buckets() > SHARD_SHRINK_MIN && shard.len() * 8 < shard.num_buckets() {
             shard.shrink_to(shard.len() * 2, |&s| hash(*slab.full(s).0));
         }
