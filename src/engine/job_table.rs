@@ -18,10 +18,12 @@
 //! ([`JobTable::give_back`]). The same workload, nine jobs in ten then cancelled: 548 heap
 //! bytes kept per job left, from 1,242 with no give-back.
 //!
-//! A shard's hash table shrinks once its jobs fill an eighth of its buckets (a drained burst
-//! gives the tables back too: 362 bytes kept per job left, from 419), which reorders its
-//! entries: nothing that the engine does depends on that order. A reopen arms the wheel in slot order (`for_each_mut`), listings sort what they
-//! find, and a move rewrites a table's entry in place.
+//! The hash tables keep their peak size. Shrinking a shard that fell to an eighth of its
+//! buckets was measured and not kept: its rehash reads every entry's id from the slab (a
+//! random read each), and an open of a log whose jobs were mostly cancelled took 60-100 ms
+//! more for 2M jobs (docs/benchmarks.md, thirtieth session). Nothing depends on their order: a
+//! reopen arms the wheel in slot order (`for_each_mut`), listings sort what they find, and a
+//! move rewrites a table's entry in place.
 
 use std::hash::BuildHasher as _;
 
@@ -44,9 +46,6 @@ enum Slot {
 
 const NO_SLOT: u32 = u32::MAX;
 const _: () = assert!(std::mem::size_of::<Slot>() == 80, "a job and its id");
-
-/// A shard's hash table shrinks only above this many buckets (see [`JobTable::remove`]).
-const SHARD_SHRINK_MIN: usize = 64;
 
 /// Jobs moved by [`JobTable::give_back`] in this process, all tables together: what the
 /// simulation reads to check that it reaches the moves.
@@ -387,14 +386,6 @@ impl JobTable {
             .find_entry(hash(*id), |&slot| *slab.full(slot).0 == *id)
             .ok()?;
         let (slot, _) = entry.remove();
-        // A shard whose jobs fill an eighth of its buckets shrinks to room for twice its jobs:
-        // a burst that drained gives the hash tables back too. Growth doubles, so a number of
-        // jobs that goes up and down by a little never shrinks and grows in turn. (Buckets,
-        // not `capacity`: a removal that leaves a tombstone takes no room back, so `capacity`
-        // falls with the jobs.)
-        if shard.num_buckets() > SHARD_SHRINK_MIN && shard.len() * 8 < shard.num_buckets() {
-            shard.shrink_to(shard.len() * 2, |&s| hash(*slab.full(s).0));
-        }
         let (_, job) = self.slab.release(slot);
         self.len -= 1;
         Some(job)
@@ -416,7 +407,7 @@ impl JobTable {
     ///
     /// New jobs take the lowest free slot, so once the number of jobs fell, the last chunks
     /// empty as jobs leave, and the moves are few; the caller pays for them a few at a time,
-    /// as jobs leave. (The hash tables shrink in [`remove`](Self::remove).)
+    /// as jobs leave. The hash tables keep their size (see the module's documentation).
     pub fn give_back(
         &mut self,
         max_moves: usize,
@@ -692,48 +683,6 @@ mod tests {
                 assert!(slots <= CHUNK, "a drained table keeps one chunk at most");
             }
         }
-    }
-
-    /// A burst that drained gives the hash tables' room back: after 300,000 jobs, 1,000 left
-    /// keep less than a twentieth of the peak's room (each shard's buckets an eighth full at
-    /// least, or at their fewest), every one still found; and the table grows again as before.
-    #[test]
-    fn a_drained_table_gives_its_hash_tables_back() {
-        const PEAK: u64 = 300_000;
-        let room = |t: &JobTable| t.shards.iter().map(HashTable::capacity).sum::<usize>();
-        let mut table = JobTable::with_chunk_slots(CHUNK);
-        for seq in 0..PEAK {
-            table.insert_new(JobId::compose(seq, 493_000), job(seq));
-        }
-        let peak = room(&table);
-        assert!(peak >= PEAK as usize);
-        for seq in 0..PEAK {
-            if seq % 300 != 0 {
-                table.remove(&JobId::compose(seq, 493_000)).expect("held");
-            }
-        }
-        assert_eq!(table.len(), 1_000);
-        let drained = room(&table);
-        assert!(drained * 20 < peak, "{drained} places kept of {peak}");
-        for shard in table.shards.iter() {
-            assert!(
-                shard.num_buckets() <= SHARD_SHRINK_MIN || shard.len() * 8 >= shard.num_buckets(),
-                "a shard of {} jobs keeps {} buckets",
-                shard.len(),
-                shard.num_buckets()
-            );
-        }
-        for seq in (0..PEAK).step_by(300) {
-            assert_eq!(
-                table.get(&JobId::compose(seq, 493_000)).map(|j| j.lsn),
-                Some(seq)
-            );
-        }
-        for seq in PEAK..2 * PEAK {
-            table.insert_new(JobId::compose(seq, 493_000), job(seq));
-        }
-        assert_eq!(table.len(), 1_000 + PEAK as usize);
-        assert!(room(&table) >= table.len());
     }
 
     /// A table reserved for `n` entries takes `n` consecutive ids without any shard growing
