@@ -5,7 +5,8 @@
 //! `heaptrack target/release/examples/drain_probe [JOBS]` and `heaptrack_print -f FILE
 //! --flamegraph-cost-type leaked -F STACKS` (docs/benchmarks.md, thirtieth session).
 use std::time::Duration;
-use timewheel::{Config, Durability, Engine, JobSpec};
+use timewheel::{Config, Durability, Engine};
+use timewheel_benches::engine::store;
 
 fn main() {
     let jobs: u64 = std::env::args()
@@ -16,33 +17,9 @@ fn main() {
         .durability(Durability::Buffered)
         .compact_interval_ms(0);
     let engine = Engine::open(config).expect("open");
-    let due = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-        + 60_000;
     let mut ids = Vec::new();
-    let mut i = 0;
-    while i < jobs {
-        let m = 10_000.min(jobs - i);
-        ids.extend(
-            engine
-                .schedule_batch(
-                    (i..i + m).map(|k| JobSpec::at(due + k % 3_600_000).payload([7u8; 16])),
-                )
-                .expect("schedule"),
-        );
-        i += m;
-    }
-    for batch in ids.chunks(10_000) {
-        let leaving: Vec<_> = batch
-            .iter()
-            .enumerate()
-            .filter(|(k, _)| k % 10 != 0)
-            .map(|(_, &id)| id)
-            .collect();
-        engine.cancel_batch(&leaving).expect("cancel");
-    }
+    store::fill(&engine, jobs, &mut ids);
+    store::drain_nine_in_ten(&engine, &ids);
     drop(ids);
     std::thread::sleep(Duration::from_secs(2));
     std::fs::remove_dir_all(&dir).ok();

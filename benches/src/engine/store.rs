@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use timewheel::{Config, Durability, Engine, JobSpec};
+use timewheel::{Config, Durability, Engine, JobId, JobSpec};
 
 use super::{cpu_seconds, now_ms, rss_bytes, schedule_in_batches};
 use crate::alloc_count::{allocated_bytes, allocated_since, set_counting};
@@ -32,35 +32,14 @@ pub fn resident(dir: &Path, jobs: u64) -> Resident {
         .durability(Durability::Buffered)
         .compact_interval_ms(0);
     let engine = Engine::open(config).expect("open");
-    let due = now_ms() + 60_000;
     // Allocated and freed while the counting is off: not the engine's.
     let mut ids = Vec::with_capacity(jobs as usize);
     set_counting(true);
     let (heap, rss) = (allocated_bytes(), rss_bytes());
-    let mut i = 0;
-    while i < jobs {
-        let m = 10_000.min(jobs - i);
-        ids.extend(
-            engine
-                .schedule_batch(
-                    (i..i + m).map(|k| JobSpec::at(due + k % 3_600_000).payload([7u8; 16])),
-                )
-                .expect("schedule"),
-        );
-        i += m;
-    }
+    fill(&engine, jobs, &mut ids);
     let held = allocated_since(heap);
     let rss = rss_bytes().saturating_sub(rss);
-    // Nine in ten leave, spread over the whole burst (as jobs of a burst finish).
-    let mut left = 0u64;
-    for batch in ids.chunks(10_000) {
-        let leaving: Vec<_> = (batch.iter().enumerate())
-            .filter(|(k, _)| k % 10 != 0)
-            .map(|(_, &id)| id)
-            .collect();
-        left += (batch.len() - leaving.len()) as u64;
-        engine.cancel_batch(&leaving).expect("cancel");
-    }
+    let left = drain_nine_in_ten(&engine, &ids);
     let kept = allocated_since(heap);
     std::thread::sleep(Duration::from_secs(2));
     let kept_idle = allocated_since(heap);
@@ -73,6 +52,39 @@ pub fn resident(dir: &Path, jobs: u64) -> Resident {
         heap_bytes_per_job_left: kept as f64 / left.max(1) as f64,
         heap_bytes_per_job_left_idle: kept_idle as f64 / left.max(1) as f64,
     }
+}
+
+/// Schedules `jobs` jobs with 16-byte payloads due over an hour from a minute ahead, in
+/// batches of 10,000, and pushes their ids onto `ids` (the `resident` workload's burst).
+pub fn fill(engine: &Engine, jobs: u64, ids: &mut Vec<JobId>) {
+    let due = now_ms() + 60_000;
+    let mut i = 0;
+    while i < jobs {
+        let m = 10_000.min(jobs - i);
+        ids.extend(
+            engine
+                .schedule_batch(
+                    (i..i + m).map(|k| JobSpec::at(due + k % 3_600_000).payload([7u8; 16])),
+                )
+                .expect("schedule"),
+        );
+        i += m;
+    }
+}
+
+/// Cancels nine jobs in ten of `ids`, spread over the whole burst (as jobs of a burst finish),
+/// in batches of 9,000; returns how many are left.
+pub fn drain_nine_in_ten(engine: &Engine, ids: &[JobId]) -> u64 {
+    let mut left = 0u64;
+    for batch in ids.chunks(10_000) {
+        let leaving: Vec<_> = (batch.iter().enumerate())
+            .filter(|(k, _)| k % 10 != 0)
+            .map(|(_, &id)| id)
+            .collect();
+        left += (batch.len() - leaving.len()) as u64;
+        engine.cancel_batch(&leaving).expect("cancel");
+    }
+    left
 }
 
 /// What a recovery run measured.
