@@ -926,10 +926,6 @@ impl State {
         }
     }
 
-    /// A job left the table: while the table has much room to spare, moves a few jobs out of
-    /// its last chunk (each a slot copy and its wheel timer's value set), so that memory goes
-    /// back once the number of jobs fell (`JobTable::give_back`). The jobs that leave pay for
-    /// it, [`GIVE_BACK_MOVES`] each, as cancels pay for the wheel's sweeps.
     /// Takes job `id`, which must be in the table, out of it, and gives memory back.
     fn take_job(&mut self, id: JobId) -> Job {
         let job = self.jobs.remove(&id).expect("checked");
@@ -937,6 +933,10 @@ impl State {
         job
     }
 
+    /// A job left the table: while the table has much room to spare, moves a few jobs out of
+    /// its last chunk (each a slot copy and its wheel timer's value set), so that memory goes
+    /// back once the number of jobs fell (`JobTable::give_back`). The jobs that leave pay for
+    /// it, [`GIVE_BACK_MOVES`] each, as cancels pay for the wheel's sweeps.
     fn give_back_memory(&mut self) {
         let (due, leases) = (&mut self.due, &mut self.leases);
         self.jobs.give_back(GIVE_BACK_MOVES, |id, at, job| {
