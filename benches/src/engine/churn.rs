@@ -7,9 +7,15 @@
 //! Time is a `ManualClock` moved one simulated second per step, so a day takes minutes; the
 //! disk, its syncs and every engine call are real. Compaction runs every simulated minute (the
 //! compaction interval here), on the calling thread, as the background compactor would.
+//!
+//! A day at 10,000 jobs a second takes hours of real time, longer than a sitting; a run given
+//! a place to keep (`Keep`) can stop at a sample and go on later: it closes the engine there
+//! and writes where it was, and the next run reopens the same directory (the reopen of a
+//! directory of millions of live jobs is timed too) and carries on from that simulated second.
 
 use std::collections::VecDeque;
-use std::path::Path;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -66,6 +72,11 @@ pub struct Churn {
     pub record_bytes: f64,
     /// The disk after the compaction at the end of each simulated 10 minutes.
     pub samples: Vec<Sample>,
+    /// Each reopen of a kept run: the simulated second it went on from and the open's
+    /// milliseconds.
+    pub reopens: Vec<(u64, f64)>,
+    /// The simulated second a kept run stopped at, when asked to stop before its end.
+    pub stopped_at: Option<u64>,
 }
 
 impl Churn {
@@ -130,27 +141,233 @@ const CANCEL_AFTER_S: u64 = 300;
 const COMPACT_EVERY_S: u64 = 60;
 const SAMPLE_EVERY_S: u64 = 600;
 
-/// Runs `shape` on a fresh directory `dir`, calling `progress` with each sample as it is taken
-/// and the bytes of one schedule record.
-pub fn churn(dir: &Path, shape: Shape, mut progress: impl FnMut(&Sample, f64)) -> Churn {
-    let clock = ManualClock::new(SIMULATED_START_MS);
+/// Where a run that can stop and go on keeps its engine directory (`data`), its place
+/// (`checkpoint`, written when it stops) and the file that asks it to stop (`stop`, looked for
+/// at each sample).
+#[derive(Clone, Debug)]
+pub struct Keep {
+    /// The directory holding all three.
+    pub root: PathBuf,
+}
+
+impl Keep {
+    fn data(&self) -> PathBuf {
+        self.root.join("data")
+    }
+    fn checkpoint(&self) -> PathBuf {
+        self.root.join("checkpoint")
+    }
+    fn stop(&self) -> PathBuf {
+        self.root.join("stop")
+    }
+}
+
+/// Where a kept run was when it stopped: everything the loop carries from one simulated second
+/// to the next, besides the engine's directory.
+struct Place {
+    done_s: u64,
+    k: u64,
+    out: Churn,
+    to_cancel: VecDeque<(u64, Vec<JobId>)>,
+}
+
+const CHECKPOINT_MAGIC: &str = "timewheel-churn-checkpoint 1";
+
+impl Place {
+    fn save(&self, shape: &Shape, path: &Path) -> std::io::Result<()> {
+        let mut t = String::new();
+        let o = &self.out;
+        let _ = writeln!(t, "{CHECKPOINT_MAGIC}");
+        let _ = writeln!(t, "{}", shape_key(shape));
+        let _ = writeln!(
+            t,
+            "{} {} {} {} {} {}",
+            self.done_s, self.k, o.jobs, o.completed, o.real_s, o.record_bytes
+        );
+        let _ = writeln!(t, "{}", o.samples.len());
+        for x in &o.samples {
+            let _ = writeln!(
+                t,
+                "{} {} {} {} {}",
+                x.at_s, x.live_jobs, x.journal_bytes, x.bucket_bytes, x.dir_bytes
+            );
+        }
+        let _ = writeln!(t, "{}", o.reopens.len());
+        for (at, ms) in &o.reopens {
+            let _ = writeln!(t, "{at} {ms}");
+        }
+        let _ = writeln!(t, "{}", self.to_cancel.len());
+        for (at, ids) in &self.to_cancel {
+            let _ = write!(t, "{at}");
+            for id in ids {
+                let _ = write!(t, " {}", id.0);
+            }
+            t.push('\n');
+        }
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, t)?;
+        std::fs::File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, path)
+    }
+
+    fn load(shape: &Shape, path: &Path) -> Result<Place, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let bad = || {
+            format!(
+                "{}: not a churn checkpoint this build wrote",
+                path.display()
+            )
+        };
+        let mut lines = text.lines();
+        let mut line = || lines.next().ok_or_else(bad);
+        if line()? != CHECKPOINT_MAGIC {
+            return Err(bad());
+        }
+        let key = line()?;
+        if key != shape_key(shape) {
+            return Err(format!(
+                "{}: the run kept there has the shape `{key}`, this one `{}`",
+                path.display(),
+                shape_key(shape)
+            ));
+        }
+        let nums = |l: &str| -> Result<Vec<f64>, String> {
+            l.split(' ')
+                .map(|w| w.parse::<f64>().map_err(|_| bad()))
+                .collect()
+        };
+        let ints = |l: &str| -> Result<Vec<u64>, String> {
+            l.split(' ')
+                .map(|w| w.parse::<u64>().map_err(|_| bad()))
+                .collect()
+        };
+        let count = |l: &str| l.parse::<usize>().map_err(|_| bad());
+        let [done_s, k, jobs, completed, real_s, record_bytes] = nums(line()?)?[..] else {
+            return Err(bad());
+        };
+        let mut out = Churn {
+            jobs: jobs as u64,
+            completed: completed as u64,
+            real_s,
+            record_bytes,
+            ..Churn::default()
+        };
+        for _ in 0..count(line()?)? {
+            let [at_s, live_jobs, journal_bytes, bucket_bytes, dir_bytes] = ints(line()?)?[..]
+            else {
+                return Err(bad());
+            };
+            out.samples.push(Sample {
+                at_s,
+                live_jobs,
+                journal_bytes,
+                bucket_bytes,
+                dir_bytes,
+            });
+        }
+        for _ in 0..count(line()?)? {
+            let [at, ms] = nums(line()?)?[..] else {
+                return Err(bad());
+            };
+            out.reopens.push((at as u64, ms));
+        }
+        let mut to_cancel = VecDeque::new();
+        for _ in 0..count(line()?)? {
+            let v = ints(line()?)?;
+            let (at, ids) = v.split_first().ok_or_else(bad)?;
+            to_cancel.push_back((*at, ids.iter().map(|&id| JobId(id)).collect()));
+        }
+        Ok(Place {
+            done_s: done_s as u64,
+            k: k as u64,
+            out,
+            to_cancel,
+        })
+    }
+}
+
+/// What a kept run's shape must agree on to go on (its length may change).
+fn shape_key(shape: &Shape) -> String {
+    format!(
+        "rate {} cancelled {} space {:?}",
+        shape.rate, shape.cancelled_of_10, shape.space_percent_max
+    )
+}
+
+/// Runs `shape`, calling `progress` with each sample as it is taken and the bytes of one
+/// schedule record. Without `keep`, on the fresh directory `dir`, start to end. With it, in
+/// `keep`'s directory: from where the run kept there stopped, if it did, else from the start on
+/// an empty directory; and it stops at the first sample after `keep`'s stop file appears.
+pub fn churn(
+    dir: &Path,
+    shape: Shape,
+    keep: Option<&Keep>,
+    mut progress: impl FnMut(&Sample, f64),
+) -> Result<Churn, String> {
+    let (dir, resumed) = match keep {
+        None => (dir.to_path_buf(), None),
+        Some(keep) => {
+            std::fs::create_dir_all(keep.data()).map_err(|e| e.to_string())?;
+            let checkpoint = keep.checkpoint();
+            let resumed = if checkpoint.exists() {
+                let place = Place::load(&shape, &checkpoint)?;
+                // Taken away while the run goes on: a run killed before it stops cleanly
+                // leaves no checkpoint, and its directory is not gone on from by mistake.
+                std::fs::rename(&checkpoint, checkpoint.with_extension("used"))
+                    .map_err(|e| e.to_string())?;
+                Some(place)
+            } else if std::fs::read_dir(keep.data())
+                .map_err(|e| e.to_string())?
+                .next()
+                .is_some()
+            {
+                return Err(format!(
+                    "{} holds a churn run that did not stop cleanly (no checkpoint): remove it \
+                     to start again",
+                    keep.root.display()
+                ));
+            } else {
+                None
+            };
+            (keep.data(), resumed)
+        }
+    };
+    let done_s = resumed.as_ref().map_or(0, |p| p.done_s);
+    let clock = ManualClock::new(SIMULATED_START_MS + done_s * 1_000);
     // Compaction by hand each simulated minute; the timer run by hand after each step.
-    let mut config = Config::new(dir).compact_interval_ms(0);
+    let mut config = Config::new(&dir).compact_interval_ms(0);
     if let Some(percent) = shape.space_percent_max {
         config = config.bucket_space_percent_max(percent);
     }
-    let engine =
-        Engine::open_with_clock(config, Arc::new(clock.clone())).expect("open the churn directory");
-    let record_bytes = schedule_record_bytes(&engine, &clock);
-
-    let mut out = Churn {
-        record_bytes,
-        ..Churn::default()
+    let opening = Instant::now();
+    let engine = Engine::open_with_clock(config, Arc::new(clock.clone()))
+        .map_err(|e| format!("open the churn directory: {e}"))?;
+    let open_ms = opening.elapsed().as_secs_f64() * 1e3;
+    let Place {
+        mut k,
+        mut out,
+        mut to_cancel,
+        ..
+    } = match resumed {
+        Some(mut place) => {
+            place.out.reopens.push((done_s, open_ms));
+            place.out.stopped_at = None;
+            place
+        }
+        None => Place {
+            done_s: 0,
+            k: 0,
+            out: Churn {
+                record_bytes: schedule_record_bytes(&engine, &clock),
+                ..Churn::default()
+            },
+            to_cancel: VecDeque::new(),
+        },
     };
-    let mut to_cancel: VecDeque<(u64, Vec<JobId>)> = VecDeque::new();
+    let record_bytes = out.record_bytes;
+    let real_before = out.real_s;
     let t = Instant::now();
-    let mut k = 0u64;
-    for s in 1..=shape.seconds {
+    for s in done_s + 1..=shape.seconds {
         let now = clock.now_ms();
         let specs = (0..shape.rate).map(|i| {
             let delay_s = 360 + (k + i).wrapping_mul(7_919) % 3_240;
@@ -191,14 +408,29 @@ pub fn churn(dir: &Path, shape: Shape, mut progress: impl FnMut(&Sample, f64)) -
             while engine.compact().expect("compact").records > 0 {}
         }
         if s % SAMPLE_EVERY_S == 0 {
-            let taken = sample(&engine, dir, s);
+            let taken = sample(&engine, &dir, s);
             progress(&taken, record_bytes);
             out.samples.push(taken);
+            if let Some(keep) = keep.filter(|keep| s < shape.seconds && keep.stop().exists()) {
+                out.real_s = real_before + t.elapsed().as_secs_f64();
+                engine.close().map_err(|e| format!("close: {e}"))?;
+                out.stopped_at = Some(s);
+                let place = Place {
+                    done_s: s,
+                    k,
+                    out,
+                    to_cancel,
+                };
+                place
+                    .save(&shape, &keep.checkpoint())
+                    .map_err(|e| format!("write the checkpoint: {e}"))?;
+                return Ok(place.out);
+            }
         }
     }
-    out.real_s = t.elapsed().as_secs_f64();
-    engine.close().expect("close");
-    out
+    out.real_s = real_before + t.elapsed().as_secs_f64();
+    engine.close().map_err(|e| format!("close: {e}"))?;
+    Ok(out)
 }
 
 fn sample(engine: &Engine, dir: &Path, at_s: u64) -> Sample {
@@ -230,4 +462,63 @@ fn schedule_record_bytes(engine: &Engine, clock: &ManualClock) -> f64 {
     let bytes = engine.log_stats().bytes - before;
     engine.cancel_batch(&ids).expect("cancel");
     bytes as f64 / 1_000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("tw-churn-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    /// A kept run stopped at a sample and gone on from there ends where a run straight through
+    /// ends: the same jobs, the same completions, the same live jobs at every sample; and a
+    /// kept directory with no checkpoint (a run killed, not stopped) is refused.
+    #[test]
+    fn a_kept_run_stopped_and_gone_on_ends_as_a_run_straight_through() {
+        let shape = Shape {
+            rate: 10,
+            seconds: 1_800,
+            cancelled_of_10: 9,
+            space_percent_max: None,
+        };
+        let straight_dir = scratch("straight");
+        let straight = churn(&straight_dir, shape, None, |_, _| {}).expect("straight run");
+
+        let keep = Keep {
+            root: scratch("kept"),
+        };
+        std::fs::create_dir_all(&keep.root).unwrap();
+        std::fs::write(keep.stop(), b"").unwrap();
+        let first = churn(Path::new("unused"), shape, Some(&keep), |_, _| {}).expect("first part");
+        assert_eq!(first.stopped_at, Some(600));
+        let second = churn(Path::new("unused"), shape, Some(&keep), |_, _| {}).expect("second");
+        assert_eq!(second.stopped_at, Some(1_200));
+        std::fs::remove_file(keep.stop()).unwrap();
+        let last = churn(Path::new("unused"), shape, Some(&keep), |_, _| {}).expect("last part");
+        assert_eq!(last.stopped_at, None);
+        assert_eq!(last.reopens.len(), 2);
+        assert_eq!(
+            (last.jobs, last.completed),
+            (straight.jobs, straight.completed)
+        );
+        assert!(straight.completed > 0);
+        let live = |c: &Churn| {
+            c.samples
+                .iter()
+                .map(|s| (s.at_s, s.live_jobs))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(live(&last), live(&straight));
+
+        // The last part ran to the end and wrote no checkpoint: the directory is not gone on
+        // from.
+        let refused = churn(Path::new("unused"), shape, Some(&keep), |_, _| {});
+        assert!(refused.unwrap_err().contains("did not stop cleanly"));
+        let _ = std::fs::remove_dir_all(&straight_dir);
+        let _ = std::fs::remove_dir_all(&keep.root);
+    }
 }

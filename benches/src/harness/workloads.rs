@@ -900,20 +900,35 @@ fn churn_workload(shape: churn::Shape, cx: &Context) -> Workload {
     let r = cx.root.clone();
     let system = System::new("timewheel", move || {
         let t = std::time::Instant::now();
-        let c = churn::churn(&dir(&r, "churn"), shape, |s, record_bytes| {
-            eprintln!(
-                "churn: {:>6} s simulated ({:.0} s real): {} live jobs, journal {} MiB, \
+        let keep = std::env::var_os("CHURN_KEEP").map(|root| churn::Keep { root: root.into() });
+        let c = churn::churn(
+            &dir(&r, "churn"),
+            shape,
+            keep.as_ref(),
+            |s, record_bytes| {
+                eprintln!(
+                    "churn: {:>6} s simulated ({:.0} s real): {} live jobs, journal {} MiB, \
                  buckets {} MiB, directory {} MiB, {:.2}x the live records",
-                s.at_s,
-                t.elapsed().as_secs_f64(),
-                s.live_jobs,
-                s.journal_bytes >> 20,
-                s.bucket_bytes >> 20,
-                s.dir_bytes >> 20,
-                s.ratio(record_bytes)
-            );
-        });
-        Ok(vec![
+                    s.at_s,
+                    t.elapsed().as_secs_f64(),
+                    s.live_jobs,
+                    s.journal_bytes >> 20,
+                    s.bucket_bytes >> 20,
+                    s.dir_bytes >> 20,
+                    s.ratio(record_bytes)
+                );
+            },
+        )?;
+        for (at_s, ms) in &c.reopens {
+            eprintln!("churn: reopened at {at_s} s simulated in {ms:.0} ms");
+        }
+        if let Some(at_s) = c.stopped_at {
+            return Err(format!(
+                "stopped at {at_s} s simulated, as asked (the stop file in CHURN_KEEP); the same \
+                 command goes on from there once the stop file is removed"
+            ));
+        }
+        let mut figures = vec![
             (
                 Metric::lower("disk against the live records, worst once steady", "x"),
                 c.worst_ratio(),
@@ -934,7 +949,14 @@ fn churn_workload(shape: churn::Shape, cx: &Context) -> Workload {
                 Metric::higher("jobs through their lifecycle", "jobs/s"),
                 c.jobs as f64 / c.real_s,
             ),
-        ])
+        ];
+        if let Some(slowest) = c.reopens.iter().map(|r| r.1).reduce(f64::max) {
+            figures.push((
+                Metric::lower("reopen of the kept run's directory, slowest", "ms"),
+                slowest,
+            ));
+        }
+        Ok(figures)
     });
     let (rate, secs) = (shape.rate, shape.seconds);
     Workload {
@@ -947,7 +969,9 @@ fn churn_workload(shape: churn::Shape, cx: &Context) -> Workload {
              every simulated minute. The disk (journal plus bucket files) against the live \
              jobs' schedule records, sampled every 10 simulated minutes after a compaction; \
              steady means after the first hour. One run; `CHURN=RATE:SECONDS[:PERCENT]` \
-             changes the shape (`PERCENT`: `Config::bucket_space_percent_max`).",
+             changes the shape (`PERCENT`: `Config::bucket_space_percent_max`); with \
+             `CHURN_KEEP=DIR` the run keeps its directory there and stops at the next sample \
+             once `DIR/stop` exists, and the same command goes on from there later.",
             secs / 60
         ),
         kind: Kind::Other,
