@@ -305,6 +305,19 @@ pub fn encode_run(
     crashes: u32,
     entries: &[Entry],
 ) -> Vec<u8> {
+    encode_run_of(bucket, generation, covered_lsn, crashes, entries.iter())
+}
+
+/// [`encode_run`] of entries read wherever they are (a merge reads them in place, in due
+/// order, instead of moving every job into a new vector first). The iterator is walked twice:
+/// once for the run's size, once to encode.
+pub(crate) fn encode_run_of<'a>(
+    bucket: u64,
+    generation: u64,
+    covered_lsn: u64,
+    crashes: u32,
+    entries: impl ExactSizeIterator<Item = &'a Entry> + Clone,
+) -> Vec<u8> {
     // How many of the run's crashes came after `seen`, or `all` for "every one".
     let behind = |seen: u32, all: u32| {
         let behind = crashes
@@ -313,7 +326,8 @@ pub fn encode_run(
         behind.min(all)
     };
     // The header's room first, filled in last: the records are written once, in place.
-    let bytes: u64 = entries.iter().map(entry_bytes).sum();
+    let count = entries.len();
+    let bytes: u64 = entries.clone().map(entry_bytes).sum();
     let mut body = Vec::with_capacity(RUN_HEADER_BYTES + bytes as usize);
     body.resize(RUN_HEADER_BYTES, 0);
     let mut scratch = Vec::new();
@@ -442,7 +456,7 @@ pub fn encode_run(
     put_u64(&mut out, bucket);
     put_u64(&mut out, generation);
     put_u64(&mut out, covered_lsn);
-    put_u64(&mut out, entries.len() as u64);
+    put_u64(&mut out, count as u64);
     put_u64(&mut out, (body.len() - RUN_HEADER_BYTES) as u64);
     let crc = header_crc(&out, &crashes.to_le_bytes());
     out.extend_from_slice(&crc.to_le_bytes());

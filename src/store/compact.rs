@@ -28,7 +28,10 @@ use timewheel_wal::format::FLAG_SKIPPABLE;
 use timewheel_wal::storage::Storage;
 use timewheel_wal::{Lsn, Wal};
 
-use super::bucket::{self, Entry, Fate, Patch, StoredJob, encode_run, run_file_name};
+use super::bucket::{
+    self, Entry, Fate, Patch, StoredJob, encode_run, encode_run_of, run_file_name,
+};
+use super::loaded::BucketJobs;
 use super::manifest::{Manifest, RunRef};
 use super::{
     Locator, bucket_of, corrupted, home_bucket, load_bucket, replace_manifest, sync_dir, write_new,
@@ -329,6 +332,13 @@ pub(crate) struct PassError {
 }
 
 /// Steps 1 to 3: the new manifest (not yet written), and the runs it no longer names.
+/// A run's entries before they are encoded: a merge's are the bucket's jobs read in place in
+/// due order (no job moves into a new vector); a stacked run's are the pass's delta.
+enum RunEntries {
+    Merged { jobs: BucketJobs, order: Vec<usize> },
+    Delta(Vec<Entry>),
+}
+
 fn fold<S: Storage>(
     wal: &Wal<S>,
     manifest: &Manifest,
@@ -648,7 +658,8 @@ fn fold<S: Storage>(
             doomed.extend(entry.runs.drain(..).map(|r| (bucket, r)));
             report.buckets_merged += u64::from(jobs_after > 0);
             report.buckets_dropped += u64::from(jobs_after == 0);
-            (jobs.into_due_entries(), min.unwrap_or(0))
+            let order = jobs.due_slots();
+            (RunEntries::Merged { jobs, order }, min.unwrap_or(0))
         } else {
             entry.keyed = entry.keyed.saturating_add(keyed_puts);
             let min = match (entry.runs.is_empty(), min_due) {
@@ -656,16 +667,32 @@ fn fold<S: Storage>(
                 (false, Some(m)) => m.min(entry.min_due_ms),
                 (false, None) => entry.min_due_ms,
             };
-            (entries, min)
+            (RunEntries::Delta(entries), min)
         };
-        if entries.is_empty() {
+        let records = match &entries {
+            RunEntries::Merged { order, .. } => order.len(),
+            RunEntries::Delta(entries) => entries.len(),
+        };
+        if records == 0 {
             next.buckets.remove(&bucket);
             continue;
         }
 
         let generation = next.next_run;
         next.next_run += 1;
-        let bytes = encode_run(bucket, generation, fold_to, next.crashes, &entries);
+        let bytes = match &entries {
+            RunEntries::Merged { jobs, order } => encode_run_of(
+                bucket,
+                generation,
+                fold_to,
+                next.crashes,
+                order.iter().map(|&at| jobs.slot(at)),
+            ),
+            RunEntries::Delta(entries) => {
+                encode_run(bucket, generation, fold_to, next.crashes, entries)
+            }
+        };
+        drop(entries);
         let name = run_file_name(bucket, generation);
         written.push(name.clone());
         write_new(storage, &name, &bytes)?;
@@ -674,7 +701,7 @@ fn fold<S: Storage>(
         entry.runs.push(RunRef {
             generation,
             bytes: bytes.len() as u64,
-            records: entries.len() as u64,
+            records: records as u64,
         });
         entry.jobs = jobs_after;
         entry.min_due_ms = min_due_ms;

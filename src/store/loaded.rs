@@ -132,14 +132,24 @@ impl BucketJobs {
         })
     }
 
-    /// The live jobs' puts in due order, ties in id order: a merged run's entries. The order
-    /// is found on small keys (the oldest run's stretch is in order already); each job then
-    /// moves once.
-    pub fn into_due_entries(mut self) -> Vec<Entry> {
-        let order = due_order(&self.slots, |e| match e {
+    /// Where the live jobs' puts are, in due order, ties in id order: a merged run's entries,
+    /// read in place with [`BucketJobs::slot`]. The order is found on small keys (the oldest
+    /// run's stretch is in order already).
+    pub fn due_slots(&self) -> Vec<usize> {
+        due_order(&self.slots, |e| match e {
             Entry::Put(job) => Some(job),
             _ => None,
-        });
+        })
+    }
+
+    /// The entry at `slot` (of [`BucketJobs::due_slots`]).
+    pub fn slot(&self, slot: usize) -> &Entry {
+        &self.slots[slot]
+    }
+
+    /// The live jobs' puts in due order, ties in id order, moved out: each job moves once.
+    pub fn into_due_entries(mut self) -> Vec<Entry> {
+        let order = self.due_slots();
         order
             .into_iter()
             .map(|slot| std::mem::replace(&mut self.slots[slot], Entry::Delete(JobId(0))))
@@ -272,6 +282,13 @@ mod tests {
                     prop_assert_eq!(jobs.get(*id), Some(j));
                 }
             }
+            // A merge encodes the jobs in place: the same bytes as from the moved entries.
+            let order = jobs.due_slots();
+            let in_place = crate::store::bucket::encode_run_of(
+                1, 2, 3, 0, order.iter().map(|&at| jobs.slot(at)),
+            );
+            let moved = jobs.clone().into_due_entries();
+            prop_assert_eq!(in_place, crate::store::bucket::encode_run(1, 2, 3, 0, &moved));
             let mut want: Vec<StoredJob> = model.into_values().collect();
             want.sort_by_key(|j| (j.due_ms, j.id));
             let got: Vec<StoredJob> = jobs
