@@ -7,9 +7,11 @@
 //! cache) against its two halves (`sync_file_range` to write back and wait, then `fdatasync`,
 //! which only flushes), and an `msync` 60 µs after the write-back was started.
 //!
-//! `... -- loop msync|pipe [CALLERS]` is a closed loop (default 64 callers, 3 s): each caller
-//! has one 70-byte record outstanding, two threads serve them, one thread makes them durable.
-//! `msync`: each round syncs everything written so far. `pipe`: each round ends the page
+//! `... -- loop msync|mirror|pipe [CALLERS]` is a closed loop (default 64 callers, 3 s): each
+//! caller has one 70-byte record outstanding, two threads serve them, one thread makes them
+//! durable. `msync`: each round syncs everything written so far. `mirror`: the same, each
+//! round's bytes first copied after them from the next 512-byte boundary and the next round
+//! started on a fresh page, as the journal seals a group (its mirror). `pipe`: each round ends the page
 //! written to (the next record starts a fresh page), starts its write-back, and then syncs
 //! the range whose write-back the round before started (long done: only the flush is left),
 //! so a round costs one round trip to the device instead of two, and a record waits two
@@ -137,7 +139,7 @@ fn parts(path: &PathBuf) {
     );
 }
 
-fn closed_loop(path: &PathBuf, pipe: bool, callers: usize) {
+fn closed_loop(path: &PathBuf, pipe: bool, mirror: bool, callers: usize) {
     const RECORD: usize = 70;
     let len = 512 << 20;
     let (file, map) = prepared(path, len);
@@ -215,7 +217,21 @@ fn closed_loop(path: &PathBuf, pipe: bool, callers: usize) {
             };
             while !stop.load(Ordering::Relaxed) && !full.load(Ordering::Relaxed) {
                 if !pipe {
-                    let end = *tail.lock().expect("not poisoned");
+                    let end = {
+                        let mut t = tail.lock().expect("not poisoned");
+                        let end = *t;
+                        if mirror && end > synced {
+                            // As the journal seals a group: a copy of it from the next
+                            // 512-byte boundary, and the next group on a fresh page.
+                            let at = end.next_multiple_of(512);
+                            let copy = end - synced;
+                            fill(&map, at, copy, 9);
+                            *t = (at + copy).next_multiple_of(PAGE);
+                            at + copy
+                        } else {
+                            end
+                        }
+                    };
                     if end == synced {
                         std::thread::yield_now();
                         continue;
@@ -270,7 +286,13 @@ fn closed_loop(path: &PathBuf, pipe: bool, callers: usize) {
     println!(
         "{} {callers} callers: {:.0} records/s, {:.1} records per round, {:.0} µs per round, \
          {:.0} bytes of file per record",
-        if pipe { "pipe" } else { "msync" },
+        if pipe {
+            "pipe"
+        } else if mirror {
+            "mirror"
+        } else {
+            "msync"
+        },
         records as f64 / elapsed,
         records as f64 / rounds,
         elapsed * 1e6 / rounds,
@@ -284,13 +306,14 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("parts") | None => parts(&path),
         Some("loop") => {
-            let pipe = match args.get(1).map_or("msync", String::as_str) {
-                "msync" => false,
-                "pipe" => true,
-                other => panic!("unknown mode {other:?}: msync or pipe"),
+            let (pipe, mirror) = match args.get(1).map_or("msync", String::as_str) {
+                "msync" => (false, false),
+                "mirror" => (false, true),
+                "pipe" => (true, false),
+                other => panic!("unknown mode {other:?}: msync, mirror or pipe"),
             };
             let callers = args.get(2).map_or(64, |a| a.parse().expect("CALLERS"));
-            closed_loop(&path, pipe, callers);
+            closed_loop(&path, pipe, mirror, callers);
         }
         Some(other) => panic!("unknown command {other:?}: parts or loop"),
     }
