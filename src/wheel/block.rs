@@ -104,11 +104,17 @@ impl Slot {
 /// Empty blocks for reuse: whole ones, and the small ones of the millisecond ring.
 #[derive(Default)]
 pub(crate) struct Pool {
-    pub(crate) free: Vec<Vec<Item>>,
+    free: Vec<Vec<Item>>,
     small: Vec<Vec<Item>>,
 }
 
 impl Pool {
+    /// Empty full-size blocks kept for reuse.
+    #[cfg(test)]
+    pub(crate) fn free_blocks(&self) -> usize {
+        self.free.len()
+    }
+
     /// An empty block with room for [`BLOCK_ITEMS`].
     #[inline]
     pub(crate) fn take(&mut self) -> Vec<Item> {
@@ -181,9 +187,9 @@ mod tests {
         }
         assert_eq!(seen, 2 * BLOCK_ITEMS + 1);
         assert!(slot.is_empty());
-        assert_eq!(pool.free.len(), 3, "every block went back to the pool");
+        assert_eq!(pool.free_blocks(), 3, "every block went back to the pool");
         slot.push(item(1), &mut pool, false);
-        assert_eq!(pool.free.len(), 2, "and is reused");
+        assert_eq!(pool.free_blocks(), 2, "and is reused");
         let mut small = Slot::default();
         for i in 0..BLOCK_ITEMS as u32 + 1 {
             small.push(item(i), &mut pool, true);

@@ -313,9 +313,9 @@ fn an_idle_wheel_sweeps_its_tombstones_when_woken_and_gives_the_blocks_back() {
         "no more wakes for the sweep once it is done"
     );
     assert!(
-        wheel.pool.free.len() <= block::POOL_BLOCKS_AFTER_SWEEP,
+        wheel.pool.free_blocks() <= block::POOL_BLOCKS_AFTER_SWEEP,
         "{} empty blocks kept",
-        wheel.pool.free.len()
+        wheel.pool.free_blocks()
     );
     assert_eq!(wheel.len(), 30_000);
 }
