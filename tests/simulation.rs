@@ -7,6 +7,7 @@
 //! - `cargo test --test simulation`: a fast batch of seeds, the named regression seeds, and a
 //!   replay check.
 //! - `SIM_SEED=123 cargo test --test simulation -- --nocapture`: replays one seed with a trace.
+//! - `SIM_SEED_DIGESTS=1` with `SIM_SEEDS`: each seed's trace hash on a line of its own.
 //! - `SIM_SEEDS=1000000 SIM_SEED_START=0 [SIM_THREADS=2] cargo test --release --test simulation
 //!   -- --nocapture seeds`: a campaign; prints seeds/s.
 
@@ -232,6 +233,9 @@ const PROGRESS_EVERY_SEEDS: u64 = 10_000;
 
 /// Runs `count` seeds from `start` on `threads` threads (each seed runs on one thread alone).
 fn run_batch(start: u64, count: u64, threads: u64) -> Totals {
+    // `SIM_SEED_DIGESTS=1`: each seed's trace hash on its own line, so that two runs of the
+    // same seeds can be compared seed by seed.
+    let digests = std::env::var_os("SIM_SEED_DIGESTS").is_some();
     let next = AtomicU64::new(0);
     let totals = Mutex::new(Totals::default());
     std::thread::scope(|s| {
@@ -244,6 +248,9 @@ fn run_batch(start: u64, count: u64, threads: u64) -> Totals {
                     }
                     let seed = start + i;
                     let r = run_caught(seed, false);
+                    if let (true, Ok(rep)) = (digests, &r) {
+                        eprintln!("seed {seed} trace {:016x}", rep.trace_hash);
+                    }
                     let mut t = totals.lock().unwrap_or_else(|p| p.into_inner());
                     t.add(seed, r);
                     // A campaign stopped early still says how far it got.

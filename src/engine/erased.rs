@@ -94,6 +94,9 @@ impl StorageFile for ErasedFile {
     fn read_durable(&self, offset: u64, buf: &mut [u8]) -> io::Result<bool> {
         self.0.read_durable(offset, buf)
     }
+    fn new_salt(&self) -> u64 {
+        self.0.new_salt()
+    }
 }
 
 impl Storage for ErasedStorage {

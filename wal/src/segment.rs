@@ -175,7 +175,7 @@ pub(crate) fn start_segment<F: StorageFile>(
     );
     let header = SegmentHeader {
         segment_id: id,
-        salt: random_salt(),
+        salt: file.new_salt(),
         first_lsn,
         segment_bytes: bytes,
         write_bound: write_bound_after(FIRST_BLOCK_OFFSET, reach, bytes),

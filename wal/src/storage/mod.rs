@@ -96,6 +96,17 @@ pub trait StorageFile: Send + Sync + 'static {
     /// instead).
     fn sync_range(&self, offset: u64, len: u64) -> io::Result<()>;
 
+    /// A salt for a new segment in this file: a value no other segment of the directory's
+    /// history is likely to share, so that a stale record (a misdirected write, a reused
+    /// file's old bytes) can not validate in it. The default is random (a randomly keyed
+    /// hash of a counter, the clock and the process id). The fault storage derives it from
+    /// its seed and the file, so that a simulated disk holds the same bytes for a seed: with
+    /// a random salt, a crash's injected damage was judged on bytes that differed from run to
+    /// run, and one seed in a thousand or so recovered differently on some runs.
+    fn new_salt(&self) -> u64 {
+        crate::segment::random_salt()
+    }
+
     /// Reads `buf.len()` bytes at `offset` from the medium itself, past any cache that may
     /// show bytes the medium does not hold (a page that a failed write-back marked clean), and
     /// returns `Ok(true)`; or returns `Ok(false)` when this storage can not read that way (the

@@ -233,6 +233,14 @@ impl StorageFile for FaultFile {
         self.len_bytes
     }
 
+    /// Fixed by the disk's seed and the file's inode (never reused in a disk's history, a
+    /// crash's disk included), drawn from neither random stream: the same seed writes the
+    /// same bytes.
+    fn new_salt(&self) -> u64 {
+        let mut state = self.disk.seed() ^ self.ino.rotate_left(32);
+        super::rng::splitmix64(&mut state)
+    }
+
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let (start, len) = check_range(
             self.len_bytes,
