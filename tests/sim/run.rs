@@ -25,6 +25,8 @@ pub enum End {
 pub struct Report {
     pub end: End,
     pub trace_hash: u64,
+    /// See [`run_seed_with`].
+    pub disk_hash: u64,
     pub ops: u64,
     pub crashes: u64,
     pub failed_opens: u64,
@@ -73,10 +75,19 @@ struct Sim {
     open_failed_pending: bool,
     crashes: u64,
     failed_opens: u64,
+    /// With `hash_disks`: every file's bytes before and after each crash, and at the end,
+    /// folded together (`disk_digest`); 0 without.
+    disk_hash: Option<u64>,
 }
 
 /// Runs one seed. `Err` is an oracle violation; a panic propagates (the caller catches it).
 pub fn run_seed(seed: u64, verbose: bool) -> Result<Report, Violation> {
+    run_seed_with(seed, verbose, false)
+}
+
+/// Like [`run_seed`]; with `hash_disks`, the report's `disk_hash` folds in every file's bytes
+/// around each crash and at the end (slow: for determinism checks, not campaigns).
+pub fn run_seed_with(seed: u64, verbose: bool, hash_disks: bool) -> Result<Report, Violation> {
     let mut rng = SimRng::new(seed);
     let setup = Setup {
         ops: rng.between(150, 450),
@@ -115,6 +126,7 @@ pub fn run_seed(seed: u64, verbose: bool) -> Result<Report, Violation> {
         open_failed_pending: false,
         crashes: 0,
         failed_opens: 0,
+        disk_hash: hash_disks.then_some(0),
     };
     sim.trace.line(|| {
         format!(
@@ -137,9 +149,11 @@ pub fn run_seed(seed: u64, verbose: bool) -> Result<Report, Violation> {
         )
     });
     let end = sim.run()?;
+    sim.hash_disk(None);
     Ok(Report {
         end,
         trace_hash: sim.trace.hash(),
+        disk_hash: sim.disk_hash.unwrap_or(0),
         ops: sim.setup.ops,
         crashes: sim.crashes,
         failed_opens: sim.failed_opens,
@@ -693,6 +707,7 @@ impl Sim {
                 let crashed = self.disk.crash(&opts);
                 self.trace
                     .line(|| format!("   disk after the crash: {}", disk_digest(&crashed)));
+                self.hash_disk(Some(&crashed));
                 if self.rng.chance(0.5) {
                     live.engine.abandon();
                 } else {
@@ -857,6 +872,19 @@ impl Sim {
             None => t.memory_unreadable += 1,
         }
         Ok(())
+    }
+
+    /// Folds the disk (and `crashed`, the disk a crash left) into `disk_hash`, if asked for.
+    fn hash_disk(&mut self, crashed: Option<&FaultDisk>) {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let Some(folded) = self.disk_hash else {
+            return;
+        };
+        let mut h = DefaultHasher::new();
+        folded.hash(&mut h);
+        disk_digest(&self.disk).hash(&mut h);
+        crashed.map(disk_digest).hash(&mut h);
+        self.disk_hash = Some(h.finish());
     }
 
     fn check_recovered(&mut self, engine: Engine) -> Result<Result<Live, End>, Violation> {
@@ -1032,22 +1060,18 @@ impl Sim {
     }
 }
 
-/// Each live file's name, length and a hash of its live and durable bytes: two traces of one
-/// seed that differ show here whether the disk differed before a crash or only the open after.
+/// Each live file's name, length and checksums of its live and durable bytes: two traces of
+/// one seed that differ show here whether the disk differed before a crash or only the open
+/// after.
 fn disk_digest(disk: &FaultDisk) -> String {
-    use std::hash::{DefaultHasher, Hash, Hasher};
     let mut out = String::new();
     for name in disk.live_names() {
-        let mut live = DefaultHasher::new();
         let bytes = disk.live_file(&name).unwrap_or_default();
-        bytes.hash(&mut live);
-        let mut durable = DefaultHasher::new();
-        disk.durable_file(&name).hash(&mut durable);
+        let durable = disk.durable_file(&name).map(|b| crc32fast::hash(&b));
         out.push_str(&format!(
-            "{name} {} live {:016x} durable {:016x}; ",
+            "{name} {} live {:08x} durable {durable:08x?}; ",
             bytes.len(),
-            live.finish(),
-            durable.finish()
+            crc32fast::hash(&bytes),
         ));
     }
     out
