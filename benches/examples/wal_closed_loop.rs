@@ -118,10 +118,11 @@ fn main() {
     syncer.join().expect("the durability thread");
     let syncs = stats.syncs.max(1) as f64;
     println!(
-        "{callers} callers: {:.0} records/s, {:.1} records per sync, {:.0} µs per sync, {:.0} µs \
-         per round",
+        "{callers} callers: {:.0} records/s, {:.1} records per sync, {:.0} B of frames per sync, \
+         {:.0} µs per sync, {:.0} µs per round",
         records as f64 / elapsed,
         stats.records as f64 / syncs,
+        stats.bytes as f64 / syncs,
         stats.sync_seconds_total * 1e6 / syncs,
         elapsed * 1e6 / syncs
     );
