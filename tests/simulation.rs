@@ -363,8 +363,8 @@ fn regression_seeds() {
 
 /// A seed alone decides a run: the same seed twice gives the same trace, and writes the same
 /// bytes (every file, before and after each crash: with bytes that varied, a crash's injected
-/// damage landed differently and a seed in a thousand or so recovered differently on some
-/// runs, the segment salt having been random).
+/// damage landed differently and about one seed run in 20,000 recovered differently, the
+/// segment salt having been random).
 #[test]
 fn replay_is_deterministic() {
     for seed in (0..REPLAYED_SEEDS).chain([1_000_003, 0xDEAD_BEEF]) {

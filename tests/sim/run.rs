@@ -75,8 +75,8 @@ struct Sim {
     open_failed_pending: bool,
     crashes: u64,
     failed_opens: u64,
-    /// With `hash_disks`: every file's bytes before and after each crash, and at the end,
-    /// folded together (`disk_digest`); 0 without.
+    /// With `hash_disks`: every file's checksums before and after each crash step
+    /// (`Op::Crash`) and at the end, folded together (`disk_digest`); `None` without.
     disk_hash: Option<u64>,
 }
 
@@ -85,8 +85,9 @@ pub fn run_seed(seed: u64, verbose: bool) -> Result<Report, Violation> {
     run_seed_with(seed, verbose, false)
 }
 
-/// Like [`run_seed`]; with `hash_disks`, the report's `disk_hash` folds in every file's bytes
-/// around each crash and at the end (slow: for determinism checks, not campaigns).
+/// Like [`run_seed`]; with `hash_disks`, the report's `disk_hash` (0 without) folds in every
+/// file's bytes around each crash step and at the end (slow: for determinism checks, not
+/// campaigns).
 pub fn run_seed_with(seed: u64, verbose: bool, hash_disks: bool) -> Result<Report, Violation> {
     let mut rng = SimRng::new(seed);
     let setup = Setup {

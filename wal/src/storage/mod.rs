@@ -102,7 +102,7 @@ pub trait StorageFile: Send + Sync + 'static {
     /// hash of a counter, the clock and the process id). The fault storage derives it from
     /// its seed and the file, so that a simulated disk holds the same bytes for a seed: with
     /// a random salt, a crash's injected damage was judged on bytes that differed from run to
-    /// run, and one seed in a thousand or so recovered differently on some runs.
+    /// run, and about one seed run in 20,000 recovered differently.
     fn new_salt(&self) -> u64 {
         crate::segment::random_salt()
     }
