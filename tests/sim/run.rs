@@ -75,8 +75,9 @@ struct Sim {
     open_failed_pending: bool,
     crashes: u64,
     failed_opens: u64,
-    /// With `hash_disks`: every file's checksums before and after each crash step
-    /// (`Op::Crash`) and at the end, folded together (`disk_digest`); `None` without.
+    /// With `hash_disks`: every file's checksums before and after each crash (a crash step,
+    /// one in a failed open's recovery, the last one before the final recovery) and at the
+    /// end, folded together (`disk_digest`); `None` without.
     disk_hash: Option<u64>,
 }
 
@@ -86,7 +87,7 @@ pub fn run_seed(seed: u64, verbose: bool) -> Result<Report, Violation> {
 }
 
 /// Like [`run_seed`]; with `hash_disks`, the report's `disk_hash` (0 without) folds in every
-/// file's bytes around each crash step and at the end (slow: for determinism checks, not
+/// file's bytes around each crash and at the end (slow: for determinism checks, not
 /// campaigns).
 pub fn run_seed_with(seed: u64, verbose: bool, hash_disks: bool) -> Result<Report, Violation> {
     let mut rng = SimRng::new(seed);
@@ -844,7 +845,9 @@ impl Sim {
                     if self.rng.chance(0.6) {
                         // A crash in the middle of recovery: its unsynced work may be lost.
                         let opts = CrashOptions::random(&mut self.rng);
-                        self.disk = self.disk.crash(&opts);
+                        let crashed = self.disk.crash(&opts);
+                        self.hash_disk(Some(&crashed));
+                        self.disk = crashed;
                         self.crashes += 1;
                     }
                 }
@@ -939,6 +942,7 @@ impl Sim {
     fn finish(&mut self, live: Live) -> Result<End, Violation> {
         const ROUNDS_MAX: usize = 100_000;
         let crashed = self.disk.crash(&CrashOptions::random(&mut self.rng));
+        self.hash_disk(Some(&crashed));
         live.engine.abandon();
         self.model.engine_gone(None);
         self.disk = crashed;
