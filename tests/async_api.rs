@@ -273,6 +273,39 @@ fn a_schedule_future_dropped_while_it_waits_still_makes_its_job_visible() {
     });
 }
 
+/// A schedule whose key names a job appended but not yet durable (another caller's batch,
+/// waiting for its sync) resolves only once that job is durable, as the blocking call does:
+/// it acknowledges that job. (Before, it resolved at once with the id, nothing appended to
+/// wait for, and a crash then lost the job it had acknowledged.)
+#[test]
+fn a_schedule_naming_a_key_not_yet_durable_resolves_once_the_job_is() {
+    let disk = FaultDisk::new(73);
+    let clock = ManualClock::new(T0);
+    let engine = open_sim(&disk, &clock);
+    let spec = || JobSpec::at(T0 + 1_000).key("order-1");
+    let (ids, pending) = engine.schedule_batch_nowait([spec()]).expect("append");
+    let held = HeldSyncs::new(&disk);
+    let id = runtime().block_on(async {
+        let once = tokio::time::timeout(Duration::ZERO, engine.schedule_async(spec())).await;
+        assert!(
+            once.is_err(),
+            "resolved while the job its key names was not durable: {once:?}"
+        );
+        drop(held);
+        engine
+            .schedule_async(spec())
+            .await
+            .expect("the same key, syncs going again")
+    });
+    assert_eq!(id, ids[0], "the key names the appended job");
+    // Acknowledged, so a crash keeps it (with the batch never committed by its own caller).
+    drop(pending);
+    engine.abandon();
+    let disk = disk.crash(&CrashOptions::clean());
+    let engine = open_sim(&disk, &clock);
+    assert_eq!(engine.id_by_key(b"order-1"), Some(id));
+}
+
 /// A take returns its claim without waiting for a sync (the claim's attempt is unique all
 /// the same: see `Engine::claim`); the complete that ends the attempt is durable when it
 /// returns, and with it the claim. With the disk's syncs held, a take that waited for its

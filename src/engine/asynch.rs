@@ -271,14 +271,19 @@ impl Engine {
         specs: impl IntoIterator<Item = JobSpec>,
     ) -> Result<Vec<JobId>> {
         let (ids, mut pending) = self.schedule_batch_nowait(specs)?;
-        if !pending.ends.is_empty() {
+        // A key that names a job appended by another caller and not yet durable: nothing new
+        // was appended, but the id acknowledges that job, so it waits for it too (as
+        // `Engine::commit` does).
+        if !pending.ends.is_empty() || pending.named_existing {
             // Dropped while it waits here, `pending` goes back to the engine, which makes the
             // jobs visible once durable (cancel safety).
             let acknowledged = self.acknowledged(Some(pending.lsn)).await;
             pending.owner = None;
             acknowledged?;
-            self.shared.make_visible(pending);
-            self.shared.adopt_orphans();
+            if !pending.ends.is_empty() {
+                self.shared.make_visible(pending);
+                self.shared.adopt_orphans();
+            }
         }
         Ok(ids)
     }
