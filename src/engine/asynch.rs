@@ -17,7 +17,11 @@
 //! - **Fired jobs.** The timer thread wakes the tasks waiting to take a job after it queues ids.
 //!
 //! What the futures do besides waiting (check, append, apply) is what the blocking calls do, and
-//! takes the same short locks. A future dropped while it waits leaves no hole: a change was
+//! takes the same short locks. One exception: the call whose append fills the segment rolls
+//! the log into the next one, and a roll syncs the old segment's tail and the new header on
+//! the calling thread, a runtime worker, under the append lock (once per
+//! `Config::segment_bytes` of log: about two syncs' time for that worker and for any other
+//! appending meanwhile; docs/wal-format.md, "Rolls and the append lock"). A future dropped while it waits leaves no hole: a change was
 //! applied before the wait; a schedule's batch goes back to the engine (`Pending`'s `Drop`),
 //! which makes it visible once durable (after the sync the durability thread leads for it); a
 //! take hands plain claims out before their sync and awaits one only for claims that must be
