@@ -120,6 +120,13 @@ pub fn single_threads(dir: &Path, threads: usize, secs: f64) -> Single {
 /// Single durable `schedule_async` calls per second from `tasks` tasks on a tokio runtime with
 /// two worker threads, for `secs`: futures woken by group commit, no parked thread per call.
 pub fn single_async(dir: &Path, tasks: usize, secs: f64) -> Single {
+    async_calls(dir, tasks, 1, secs)
+}
+
+/// Like [`single_async`], each call scheduling `per_call` jobs (`schedule_batch_async` when
+/// more than one): what the per-call costs weigh against the per-job ones. `calls_per_s`
+/// then counts jobs.
+pub fn async_calls(dir: &Path, tasks: usize, per_call: u64, secs: f64) -> Single {
     let engine = Arc::new(Engine::open(single_config(dir)).expect("open"));
     let stop = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
@@ -132,12 +139,17 @@ pub fn single_async(dir: &Path, tasks: usize, secs: f64) -> Single {
         .map(|_| {
             let (engine, stop, count) = (engine.clone(), stop.clone(), count.clone());
             runtime.spawn(async move {
+                let spec = || JobSpec::at(due).payload([1u8; 16]);
                 while !stop.load(Ordering::Relaxed) {
-                    engine
-                        .schedule_async(JobSpec::at(due).payload([1u8; 16]))
-                        .await
-                        .expect("schedule");
-                    count.fetch_add(1, Ordering::Relaxed);
+                    if per_call == 1 {
+                        engine.schedule_async(spec()).await.expect("schedule");
+                    } else {
+                        engine
+                            .schedule_batch_async((0..per_call).map(|_| spec()))
+                            .await
+                            .expect("schedule");
+                    }
+                    count.fetch_add(per_call, Ordering::Relaxed);
                 }
             })
         })
