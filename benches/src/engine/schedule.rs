@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use timewheel::{Config, Durability, Engine, JobSpec};
 
 use super::now_ms;
+use crate::cpu::process_cpu_seconds;
 
 /// `schedule_batch` throughput in jobs/s: `jobs` jobs with 16-byte payloads in batches of
 /// `batch`, from `threads` threads, due an hour ahead.
@@ -52,16 +53,20 @@ pub struct Single {
     pub records_per_sync: f64,
     /// Mean time of one sync (the disk's, under this load), µs.
     pub sync_us: f64,
+    /// The process's CPU time (every thread: callers, runtime, engine) per call, µs: on two
+    /// vCPUs, what bounds many callers once the disk keeps up.
+    pub cpu_us_per_call: f64,
 }
 
 impl Single {
-    fn measured(engine: &Engine, calls: u64, elapsed_s: f64) -> Single {
+    fn measured(engine: &Engine, calls: u64, elapsed_s: f64, cpu_s: f64) -> Single {
         let log = engine.log_stats();
         let syncs = log.syncs.max(1) as f64;
         Single {
             calls_per_s: calls as f64 / elapsed_s,
             records_per_sync: log.records as f64 / syncs,
             sync_us: log.sync_seconds_total * 1e6 / syncs,
+            cpu_us_per_call: cpu_s * 1e6 / calls.max(1) as f64,
         }
     }
 }
@@ -102,7 +107,7 @@ pub fn single_threads(dir: &Path, threads: usize, secs: f64) -> Single {
             })
         })
         .collect();
-    let t = Instant::now();
+    let (t, cpu0) = (Instant::now(), process_cpu_seconds());
     std::thread::sleep(Duration::from_secs_f64(secs));
     stop.store(true, Ordering::Relaxed);
     for h in handles {
@@ -112,6 +117,7 @@ pub fn single_threads(dir: &Path, threads: usize, secs: f64) -> Single {
         &engine,
         count.load(Ordering::Relaxed),
         t.elapsed().as_secs_f64(),
+        process_cpu_seconds() - cpu0,
     );
     close(engine);
     run
@@ -154,7 +160,7 @@ pub fn async_calls(dir: &Path, tasks: usize, per_call: u64, secs: f64) -> Single
             })
         })
         .collect();
-    let t = Instant::now();
+    let (t, cpu0) = (Instant::now(), process_cpu_seconds());
     std::thread::sleep(Duration::from_secs_f64(secs));
     stop.store(true, Ordering::Relaxed);
     runtime.block_on(async {
@@ -166,6 +172,7 @@ pub fn async_calls(dir: &Path, tasks: usize, per_call: u64, secs: f64) -> Single
         &engine,
         count.load(Ordering::Relaxed),
         t.elapsed().as_secs_f64(),
+        process_cpu_seconds() - cpu0,
     );
     drop(runtime);
     close(engine);

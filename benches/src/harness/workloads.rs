@@ -434,6 +434,10 @@ fn single_figures(run: schedule::Single) -> Vec<(Metric, f64)> {
             run.records_per_sync,
         ),
         (Metric::lower("time per sync", "µs"), run.sync_us),
+        (
+            Metric::lower("process CPU per call", "µs"),
+            run.cpu_us_per_call,
+        ),
     ]
 }
 
@@ -500,7 +504,8 @@ fn single(s: &Sizes, cx: &Context, redis: bool, callers: usize) -> Workload {
              callers sharing one connection behind a mutex (one writer at a time). Redis: \
              {callers} connections, one ZADD at a time each. For timewheel, from the log's \
              counters: the records each sync made durable on average, and the mean time of a \
-             sync under this load (one sync at a time carries at most {callers} records)."
+             sync under this load (one sync at a time carries at most {callers} records); and \
+             the process's CPU time per call (every thread: callers, runtime, engine)."
         ),
         kind: Kind::Throughput,
         runs: s.runs,
