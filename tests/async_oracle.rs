@@ -10,6 +10,8 @@
 //!
 //! `ASYNC_ORACLE_OPS=500000 cargo test --release --test async_oracle` runs a campaign.
 
+mod common;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -179,16 +181,8 @@ fn async_tasks_keep_the_oracle() {
                 } else {
                     engine.cancel_batch_async(&ids).await.expect("cancel")
                 };
-                let mut l = ledger.lock().unwrap();
-                for (id, o) in ids.iter().zip(out) {
-                    if o == Outcome::Done {
-                        assert!(
-                            !l.completed.contains(id),
-                            "cancelled {id} after its completion"
-                        );
-                        assert!(l.cancelled.insert(*id), "cancelled {id} twice");
-                    }
-                }
+                let l = &mut *ledger.lock().unwrap();
+                common::record_cancels(&ids, out, &mut l.cancelled, &l.completed);
             }
         })
     };
@@ -242,33 +236,11 @@ fn async_tasks_keep_the_oracle() {
                 let now = SystemClock.now_ms();
                 {
                     let l = ledger.lock().unwrap();
-                    assert!(
-                        job.due_ms <= now,
-                        "job {} due {} claimed at {now}",
-                        job.id,
-                        job.due_ms
-                    );
-                    assert!(
-                        !l.cancelled.contains(&job.id),
-                        "job {} claimed after its cancel",
-                        job.id
-                    );
-                    assert!(
-                        !l.completed.contains(&job.id),
-                        "job {} claimed after completion",
-                        job.id
-                    );
+                    common::check_claim(&job, now, &l.cancelled, &l.completed);
                 }
                 let done = engine.complete_async(&job).await.expect("complete");
-                let mut l = ledger.lock().unwrap();
-                assert!(
-                    l.claims.insert((job.id, job.attempt)),
-                    "attempt {} of {} twice",
-                    job.attempt,
-                    job.id
-                );
-                assert!(done, "a lease of 60 s does not run out here");
-                l.completed.insert(job.id);
+                let l = &mut *ledger.lock().unwrap();
+                common::record_completion(&job, done, &mut l.claims, &mut l.completed);
             }
         }));
     }
@@ -314,32 +286,9 @@ fn async_tasks_keep_the_oracle() {
     let Ok(engine) = Arc::try_unwrap(engine) else {
         panic!("every task ended");
     };
-    engine.abandon();
-    let disk = disk.crash(&CrashOptions::clean());
-    let engine = Engine::open_on(disk.storage(), config(), clock).expect("reopens");
-    let mut live = 0u64;
     let plain = l.plain.iter().map(|(id, due)| (*id, Some(*due)));
-    for (id, due) in plain.chain(l.keyed.iter().map(|id| (*id, None))) {
-        let info = engine.get(id);
-        if l.cancelled.contains(&id) || l.completed.contains(&id) {
-            assert!(
-                info.is_none(),
-                "job {id} came back after its acknowledged end"
-            );
-        } else {
-            let info = info.unwrap_or_else(|| panic!("acknowledged job {id} lost"));
-            if let Some(due) = due {
-                assert_eq!(info.due_ms, due, "job {id}'s due time");
-            }
-            live += 1;
-        }
-    }
-    let s = engine.stats();
-    assert_eq!(
-        s.scheduled + s.ready + s.running,
-        live,
-        "no job the oracle never heard of"
-    );
+    let acked = plain.chain(l.keyed.iter().map(|id| (*id, None)));
+    common::check_after_power_cut(engine, &disk, config(), clock, acked, ended);
     assert!(
         !l.completed.is_empty() && !l.cancelled.is_empty() && l.named > 0,
         "every kind of op ran: {} completed, {} cancelled, {} named by a key",

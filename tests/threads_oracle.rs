@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use timewheel::{Clock, Config, Engine, JobId, JobSpec, Outcome, SystemClock};
-use timewheel_wal::testing::{CrashOptions, FaultDisk, SimRng};
+use timewheel::{Clock, Config, Engine, JobId, JobSpec, SystemClock};
+use timewheel_wal::testing::{FaultDisk, SimRng};
 
 #[derive(Default)]
 struct Ledger {
@@ -118,16 +118,8 @@ fn keep_the_oracle(syncs_in_flight: usize) {
                     ids
                 };
                 let out = engine.cancel_batch(&ids).expect("cancel");
-                let mut l = ledger.lock().unwrap();
-                for (id, o) in ids.iter().zip(out) {
-                    if o == Outcome::Done {
-                        assert!(
-                            !l.completed.contains(id),
-                            "cancelled {id} after its completion"
-                        );
-                        assert!(l.cancelled.insert(*id), "cancelled {id} twice");
-                    }
-                }
+                let l = &mut *ledger.lock().unwrap();
+                common::record_cancels(&ids, out, &mut l.cancelled, &l.completed);
             }
         }));
     }
@@ -148,36 +140,13 @@ fn keep_the_oracle(syncs_in_flight: usize) {
                 {
                     let l = ledger.lock().unwrap();
                     for c in &jobs {
-                        assert!(
-                            c.due_ms <= now,
-                            "job {} due {} claimed at {now}",
-                            c.id,
-                            c.due_ms
-                        );
-                        assert!(c.ready_at_ms >= c.due_ms && c.ready_at_ms <= now);
-                        assert!(
-                            !l.cancelled.contains(&c.id),
-                            "job {} claimed after its cancel",
-                            c.id
-                        );
-                        assert!(
-                            !l.completed.contains(&c.id),
-                            "job {} claimed after completion",
-                            c.id
-                        );
+                        common::check_claim(c, now, &l.cancelled, &l.completed);
                     }
                 }
                 let done = engine.complete_batch(&jobs).expect("complete");
-                let mut l = ledger.lock().unwrap();
+                let l = &mut *ledger.lock().unwrap();
                 for (c, ok) in jobs.iter().zip(done) {
-                    assert!(
-                        l.claims.insert((c.id, c.attempt)),
-                        "attempt {} of {} twice",
-                        c.attempt,
-                        c.id
-                    );
-                    assert!(ok, "a lease of 60 s does not run out here");
-                    l.completed.insert(c.id);
+                    common::record_completion(c, ok, &mut l.claims, &mut l.completed);
                 }
             }
         }));
@@ -194,28 +163,13 @@ fn keep_the_oracle(syncs_in_flight: usize) {
     let Ok(engine) = Arc::try_unwrap(engine) else {
         panic!("threads joined");
     };
-    engine.abandon();
-    let disk = disk.crash(&CrashOptions::clean());
-    let engine = Engine::open_on(disk.storage(), config(syncs_in_flight), clock).expect("reopens");
-    let mut live = 0u64;
-    for (id, due) in &l.acked {
-        let info = engine.get(*id);
-        if l.cancelled.contains(id) || l.completed.contains(id) {
-            assert!(
-                info.is_none(),
-                "job {id} came back after its acknowledged end"
-            );
-        } else {
-            let info = info.unwrap_or_else(|| panic!("acknowledged job {id} lost"));
-            assert_eq!(info.due_ms, *due);
-            live += 1;
-        }
-    }
-    let s = engine.stats();
-    assert_eq!(
-        s.scheduled + s.ready + s.running,
-        live,
-        "no job the oracle never heard of"
+    common::check_after_power_cut(
+        engine,
+        &disk,
+        config(syncs_in_flight),
+        clock,
+        l.acked.iter().map(|(id, due)| (*id, Some(*due))),
+        |id| l.cancelled.contains(id) || l.completed.contains(id),
     );
     assert!(
         l.completed.len() as u64 > 0 && !l.cancelled.is_empty(),

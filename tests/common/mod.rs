@@ -387,3 +387,107 @@ pub fn fill_until_no_space(
     }
     panic!("{tries} schedules fit: the log never filled up");
 }
+
+/// The end of an oracle run (`threads_oracle`, `async_oracle`): a power cut that keeps only
+/// what was synced, a reopen, and the check that every acknowledged job (with its due time,
+/// where the oracle knows it) is back unless its end was acknowledged, and that the engine
+/// holds no job the oracle never heard of.
+pub fn check_after_power_cut(
+    engine: Engine,
+    disk: &FaultDisk,
+    config: Config,
+    clock: Arc<dyn timewheel::Clock>,
+    acked: impl IntoIterator<Item = (JobId, Option<u64>)>,
+    ended: impl Fn(&JobId) -> bool,
+) {
+    engine.abandon();
+    let disk = disk.crash(&timewheel_wal::testing::CrashOptions::clean());
+    let engine = Engine::open_on(disk.storage(), config, clock).expect("reopens");
+    let mut live = 0u64;
+    for (id, due) in acked {
+        let info = engine.get(id);
+        if ended(&id) {
+            assert!(
+                info.is_none(),
+                "job {id} came back after its acknowledged end"
+            );
+        } else {
+            let info = info.unwrap_or_else(|| panic!("acknowledged job {id} lost"));
+            if let Some(due) = due {
+                assert_eq!(info.due_ms, due, "job {id}'s due time");
+            }
+            live += 1;
+        }
+    }
+    let s = engine.stats();
+    assert_eq!(
+        s.scheduled + s.ready + s.running,
+        live,
+        "no job the oracle never heard of"
+    );
+}
+
+/// A claim as an oracle sees it: not before the job's due time by the test's own clock
+/// (`now_ms`, read after the claim returned), not before the job was ready, and not after its
+/// cancel or completion was acknowledged.
+pub fn check_claim(
+    c: &timewheel::Claimed,
+    now_ms: u64,
+    cancelled: &std::collections::HashSet<JobId>,
+    completed: &std::collections::HashSet<JobId>,
+) {
+    assert!(
+        c.due_ms <= now_ms,
+        "job {} due {} claimed at {now_ms}",
+        c.id,
+        c.due_ms
+    );
+    assert!(c.ready_at_ms >= c.due_ms && c.ready_at_ms <= now_ms);
+    assert!(
+        !cancelled.contains(&c.id),
+        "job {} claimed after its cancel",
+        c.id
+    );
+    assert!(
+        !completed.contains(&c.id),
+        "job {} claimed after completion",
+        c.id
+    );
+}
+
+/// An acknowledged completion of `c` (`done`: what `complete` returned): no (job, attempt) is
+/// delivered twice, and with a lease far longer than the run, every completion takes.
+pub fn record_completion(
+    c: &timewheel::Claimed,
+    done: bool,
+    claims: &mut std::collections::HashSet<(JobId, u32)>,
+    completed: &mut std::collections::HashSet<JobId>,
+) {
+    assert!(
+        claims.insert((c.id, c.attempt)),
+        "attempt {} of {} twice",
+        c.attempt,
+        c.id
+    );
+    assert!(done, "a lease of 60 s does not run out here");
+    completed.insert(c.id);
+}
+
+/// Acknowledged cancels (`out`, what `cancel_batch` returned for `ids`): a job is cancelled
+/// once, and never after its completion was acknowledged.
+pub fn record_cancels(
+    ids: &[JobId],
+    out: Vec<timewheel::Outcome>,
+    cancelled: &mut std::collections::HashSet<JobId>,
+    completed: &std::collections::HashSet<JobId>,
+) {
+    for (id, o) in ids.iter().zip(out) {
+        if o == timewheel::Outcome::Done {
+            assert!(
+                !completed.contains(id),
+                "cancelled {id} after its completion"
+            );
+            assert!(cancelled.insert(*id), "cancelled {id} twice");
+        }
+    }
+}
