@@ -21,14 +21,16 @@
 //! the log into the next one, and a roll syncs the old segment's tail and the new header on
 //! the calling thread, a runtime worker, under the append lock (once per
 //! `Config::segment_bytes` of log: about two syncs' time for that worker and for any other
-//! appending meanwhile; docs/wal-format.md, "Rolls and the append lock"). A future dropped while it waits leaves no hole: a change was
-//! applied before the wait; a schedule's batch goes back to the engine (`Pending`'s `Drop`),
-//! which makes it visible once durable (after the sync the durability thread leads for it); a
-//! take hands plain claims out before their sync and awaits one only for claims that must be
-//! durable first (of a job whose lease ran out); dropped while it awaits, it hands them back at
-//! once, as a dropped stream does the jobs it took and did not yield (their attempts end
-//! without a failure, and they fire again with the next attempt). A call naming a job kept on disk beyond the horizon reads its
-//! bucket file first, in the calling task, as the blocking call does.
+//! appending meanwhile; docs/wal-format.md, "Rolls and the append lock").
+//!
+//! A future dropped while it waits leaves no hole: a change was applied before the wait; a
+//! schedule's batch goes back to the engine (`Pending`'s `Drop`), which makes it visible once
+//! durable (after the sync the durability thread leads for it); a take hands plain claims out
+//! before their sync and awaits one only for claims that must be durable first (of a job whose
+//! lease ran out); dropped while it awaits, it hands them back at once, as a dropped stream does
+//! the jobs it took and did not yield (their attempts end without a failure, and they fire again
+//! with the next attempt). A call naming a job kept on disk beyond the horizon reads its bucket
+//! file first, in the calling task, as the blocking call does.
 //!
 //! The crate docs carry the example.
 
