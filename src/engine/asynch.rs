@@ -277,10 +277,9 @@ impl Engine {
         specs: impl IntoIterator<Item = JobSpec>,
     ) -> Result<Vec<JobId>> {
         let (ids, mut pending) = self.schedule_batch_nowait(specs)?;
-        // A key that names a job appended by another caller and not yet durable: nothing new
-        // was appended, but the id acknowledges that job, so it waits for it too (as
-        // `Engine::commit` does).
-        if !pending.ends.is_empty() || pending.named_existing {
+        // Waits as `Engine::commit` does: also when a key named a job another caller appended
+        // and nothing new was, since the id acknowledges that job.
+        if pending.must_wait() {
             // Dropped while it waits here, `pending` goes back to the engine, which makes the
             // jobs visible once durable (cancel safety).
             let acknowledged = self.acknowledged(Some(pending.lsn)).await;

@@ -146,6 +146,12 @@ pub struct Pending {
 }
 
 impl Pending {
+    /// Whether a commit waits for `lsn`: the batch appended jobs, or some spec's key named a
+    /// job appended before it (which the returned id acknowledges) and nothing new was.
+    fn must_wait(&self) -> bool {
+        !self.ends.is_empty() || self.named_existing
+    }
+
     /// The LSN that must be acknowledged before [`Engine::commit`] can make the batch
     /// visible: a commit of a batch whose LSN is acknowledged does not wait.
     #[cfg(feature = "sidecar")]
@@ -603,13 +609,13 @@ impl Engine {
         let sh = &*self.shared;
         // This call decides: visible once durable, or never (a failed sync).
         pending.owner = None;
-        if pending.ends.is_empty() {
-            if pending.named_existing {
-                sh.wait_acknowledged(pending.lsn)?;
-            }
+        if !pending.must_wait() {
             return Ok(());
         }
         sh.wait_acknowledged(pending.lsn)?;
+        if pending.ends.is_empty() {
+            return Ok(());
+        }
         sh.make_visible(pending);
         sh.adopt_orphans();
         Ok(())

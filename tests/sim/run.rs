@@ -706,10 +706,9 @@ impl Sim {
                 self.trace.line(|| format!("   crash {opts:?}"));
                 self.trace
                     .line(|| format!("   disk before the crash: {}", disk_digest(&self.disk)));
-                let crashed = self.disk.crash(&opts);
+                let crashed = self.crash_disk(&opts);
                 self.trace
                     .line(|| format!("   disk after the crash: {}", disk_digest(&crashed)));
-                self.hash_disk(Some(&crashed));
                 if self.rng.chance(0.5) {
                     live.engine.abandon();
                 } else {
@@ -845,9 +844,7 @@ impl Sim {
                     if self.rng.chance(0.6) {
                         // A crash in the middle of recovery: its unsynced work may be lost.
                         let opts = CrashOptions::random(&mut self.rng);
-                        let crashed = self.disk.crash(&opts);
-                        self.hash_disk(Some(&crashed));
-                        self.disk = crashed;
+                        self.disk = self.crash_disk(&opts);
                         self.crashes += 1;
                     }
                 }
@@ -876,6 +873,14 @@ impl Sim {
             None => t.memory_unreadable += 1,
         }
         Ok(())
+    }
+
+    /// The disk a crash with `opts` leaves, folded with the disk before it into `disk_hash`
+    /// (if asked for).
+    fn crash_disk(&mut self, opts: &CrashOptions) -> FaultDisk {
+        let crashed = self.disk.crash(opts);
+        self.hash_disk(Some(&crashed));
+        crashed
     }
 
     /// Folds the disk (and `crashed`, the disk a crash left) into `disk_hash`, if asked for.
@@ -941,8 +946,8 @@ impl Sim {
     /// jobs are deleted, and nothing fires again.
     fn finish(&mut self, live: Live) -> Result<End, Violation> {
         const ROUNDS_MAX: usize = 100_000;
-        let crashed = self.disk.crash(&CrashOptions::random(&mut self.rng));
-        self.hash_disk(Some(&crashed));
+        let opts = CrashOptions::random(&mut self.rng);
+        let crashed = self.crash_disk(&opts);
         live.engine.abandon();
         self.model.engine_gone(None);
         self.disk = crashed;
