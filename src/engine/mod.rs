@@ -106,6 +106,8 @@ pub(crate) struct Shared {
     /// The log could not grow: `(segment, refuse schedules until this clock reading, the next
     /// wait)`. See `Config::no_space_retry_ms`.
     no_space: Mutex<Option<(u64, u64, u64)>>,
+    /// Whether `no_space` is set: the calls that find it unset take no lock.
+    out_of_space: AtomicBool,
     /// Batches appended whose [`Pending`] was dropped before its commit (an async schedule
     /// whose future was dropped while it awaited the sync, a `schedule_batch_nowait` never
     /// committed), not yet durable: made visible once they are (`Shared::adopt_orphans`).
@@ -291,6 +293,7 @@ impl Engine {
             store: Mutex::new(compactor::StoreState::new(manifest, resident_below)),
             compactor_wake: Condvar::new(),
             no_space: Mutex::new(None),
+            out_of_space: AtomicBool::new(false),
             orphans: Mutex::new(Vec::new()),
             has_orphans: AtomicBool::new(false),
 
@@ -631,28 +634,21 @@ impl Shared {
         const CHUNK: usize = 1024;
         // The schedules are the batch's last records (after a reservation of ids, if any), in
         // order: the `i`-th has LSN `first_lsn + i`.
-        let first_lsn = pending.lsn + 1 - pending.ends.len() as u64;
-        let mut start = 0;
-        for (c, chunk) in pending.ends.chunks(CHUNK).enumerate() {
+        let n = pending.ends.len();
+        let first_lsn = pending.lsn + 1 - n as u64;
+        let mut records = schedule_records(&pending.body, &pending.ends);
+        let mut done = 0;
+        while done < n {
             let mut state = sh.lock_state();
-            state.observe_time(sh.clock.now_ms());
+            let now_ms = sh.clock.now_ms();
+            state.observe_time(now_ms);
             let mut earliest = u64::MAX;
-            for (j, (_, bytes)) in
-                schedule_records(&pending.body[start..], &rebase(chunk, start)).enumerate()
-            {
+            let take = CHUNK.min(n - done);
+            for (i, (_, bytes)) in (done..done + take).zip(records.by_ref()) {
                 let event = Event::decode(TYPE_SCHEDULE, bytes).expect("encoded above");
-                if let Event::Schedule(s) = &event {
-                    // Durable, folded into a bucket beyond the horizon and read back from it
-                    // (by a load or a call naming it) before this commit got here: memory
-                    // holds it already.
-                    if state.jobs.contains_key(&s.id) || state.dead.contains_key(&s.id) {
-                        continue;
-                    }
-                    earliest = earliest.min(s.due_ms);
-                }
                 let key = pending
                     .keys
-                    .get_mut(c * CHUNK + j)
+                    .get_mut(i)
                     .and_then(Option::take)
                     .map(|(hash, key)| state::TakenKey { hash, key });
                 // At its own record's LSN, not the batch's last: a pass that folded the
@@ -661,27 +657,33 @@ impl Shared {
                 // segment's end stayed in memory for good (a pass offers a far job for
                 // eviction once, when it first writes it to its bucket): 12 % of the jobs
                 // scheduled in batches of 100,000.
-                state
-                    .apply_taken(&event, key, first_lsn + (c * CHUNK + j) as u64)
-                    .expect("a new id is not in the table");
-                if let Some(id) = event.id() {
+                //
+                // Not applied when memory holds the job already: durable, folded into a bucket
+                // beyond the horizon and read back from it (by a load or a call naming it)
+                // before this commit got here.
+                if !state.apply_visible(&event, key, first_lsn + i as u64) {
+                    continue;
+                }
+                if let Event::Schedule(s) = &event {
+                    earliest = earliest.min(s.due_ms);
                     // A pass folded this record into a bucket beyond the horizon before the
                     // commit got here, found the job nowhere in memory and took it for
                     // finished (a new id is in `far_gone` for no other reason): it has a far
                     // copy, and the next pass that catches up lets memory go of it. Left as a
                     // plain job, it stayed in memory until the horizon reached its bucket.
-                    if state.far_gone.remove(&id) {
-                        state.held_with_far_copy(id);
+                    if state.far_gone.remove(&s.id) {
+                        state.held_with_far_copy(s.id);
                     }
                 }
             }
+            done += take;
             if let Some(end) = pending.unseen_end {
-                let len = pending.ends.len() as u64;
-                let done = ((c + 1) * CHUNK).min(pending.ends.len()) as u64;
-                state.keys.seen_up_to(end, end - len + done);
+                state.keys.seen_up_to(end, end - n as u64 + done as u64);
             }
-            start = *chunk.last().expect("chunks are not empty");
-            sh.step_aside(state, earliest);
+            // The clock read again after a long hold: the timer thread may have come due
+            // meanwhile, and waits for the lock if so.
+            let now_ms = if take > 64 { sh.clock.now_ms() } else { now_ms };
+            sh.step_aside_at(state, earliest, now_ms);
         }
     }
 
@@ -1121,10 +1123,6 @@ fn without(body: &[u8], ends: &[usize], named: &[Named]) -> (Vec<u8>, Vec<usize>
     (out, out_ends)
 }
 
-fn rebase(ends: &[usize], start: usize) -> Vec<usize> {
-    ends.iter().map(|e| e - start).collect()
-}
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic under an engine lock broke an invariant; the state can not be trusted.
     m.lock().expect("an engine lock poisoned by a panic")
@@ -1198,13 +1196,19 @@ impl Shared {
     /// the lock there is always another, and waiting them all out held the work up (and, on
     /// two CPUs, the timer with it).
     fn step_aside(&self, state: MutexGuard<'_, State>, earliest_due_ms: u64) {
+        let now_ms = self.clock.now_ms();
+        self.step_aside_at(state, earliest_due_ms, now_ms);
+    }
+
+    /// [`Shared::step_aside`] with the clock as read since the lock was taken.
+    fn step_aside_at(&self, state: MutexGuard<'_, State>, earliest_due_ms: u64, now_ms: u64) {
         let notified_timer = earliest_due_ms < state.sleeping_until_ms;
         if notified_timer {
             self.wake.notify_all();
         }
         let timer_waits = self.config.timer_thread
             && !self.stopping.load(Ordering::Relaxed)
-            && (notified_timer || state.sleeping_until_ms <= self.clock.now_ms());
+            && (notified_timer || state.sleeping_until_ms <= now_ms);
         let (turns, took) = (
             self.timer_turns.load(Ordering::SeqCst),
             self.state_waited_took.load(Ordering::SeqCst),
@@ -1263,9 +1267,13 @@ impl Shared {
         if reserve == 0 {
             return Ok(());
         }
-        let (left, next_ready) = self.wal.room();
         // A rough size of the batch: its records are rarely smaller than this.
         let needed = reserve.saturating_add(jobs as u64 * 64);
+        // Plenty of room by the log's hint: no need to take its append lock to ask.
+        if self.wal.room_hint() >= needed {
+            return Ok(());
+        }
+        let (left, next_ready) = self.wal.room();
         if next_ready || left >= needed {
             return Ok(());
         }
@@ -1291,6 +1299,9 @@ impl Shared {
 
     /// `NoSpace` while the back-off after a failed allocation lasts.
     fn refused_for_now(&self, now_ms: u64) -> Result<()> {
+        if !self.out_of_space.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match *lock(&self.no_space) {
             Some((segment, until_ms, _)) if now_ms < until_ms => Err(Error::NoSpace {
                 segment,
@@ -1320,13 +1331,16 @@ impl Shared {
             now_ms.saturating_add(wait),
             (wait * 2).min(base * 100),
         ));
+        self.out_of_space.store(true, Ordering::Release);
     }
 
     fn space_ok(&self) {
-        let mut no_space = lock(&self.no_space);
-        if no_space.is_some() {
-            *no_space = None;
+        if !self.out_of_space.load(Ordering::Acquire) {
+            return;
         }
+        let mut no_space = lock(&self.no_space);
+        *no_space = None;
+        self.out_of_space.store(false, Ordering::Release);
     }
 
     /// Waits as long as the durability mode says an acknowledgement must.

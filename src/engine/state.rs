@@ -33,6 +33,9 @@ use crate::wheel::TimingWheel;
 /// it shrank by another quarter, up to half its jobs, more than a shrink to that size asks.
 const GIVE_BACK_MOVES: usize = 2;
 
+/// Why a schedule of a job memory holds already is refused.
+const SCHEDULED_TWICE: &str = "job scheduled twice";
+
 /// An idempotency key the key table already names a new job as the holder of: taken when
 /// its schedule was appended, the job's own from its commit on. With its hash.
 pub(crate) struct TakenKey {
@@ -224,14 +227,15 @@ impl State {
 
     /// [`apply`](Self::apply) of a live schedule made visible by its commit: its key, if it
     /// names one, was taken when it was appended ([`KeyIndex::take_or_holder`]), so the key
-    /// table is not looked up again.
-    pub fn apply_taken(
-        &mut self,
-        event: &Event<'_>,
-        key: Option<TakenKey>,
-        lsn: u64,
-    ) -> Result<(), &'static str> {
-        self.transition(event, Mode::Live, key, lsn)
+    /// table is not looked up again. `false` (and nothing changed) when memory holds the job
+    /// already (a pass folded it into a bucket beyond the horizon, and a load or a call naming
+    /// it read it back, before the commit got here).
+    pub fn apply_visible(&mut self, event: &Event<'_>, key: Option<TakenKey>, lsn: u64) -> bool {
+        match self.transition(event, Mode::Live, key, lsn) {
+            Ok(()) => true,
+            Err(SCHEDULED_TWICE) => false,
+            Err(e) => panic!("a schedule made visible applies: {e}"),
+        }
     }
 
     fn transition(
@@ -282,7 +286,7 @@ impl State {
             }
             Event::Schedule(ref s) => {
                 if self.jobs.contains_key(&s.id) || self.dead.contains_key(&s.id) {
-                    return Err("job scheduled twice");
+                    return Err(SCHEDULED_TWICE);
                 }
                 // Taken first: the one check that can still refuse, and it changes nothing
                 // when it does.

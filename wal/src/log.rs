@@ -85,6 +85,9 @@ struct Shared<S: Storage> {
     released: std::sync::atomic::AtomicBool,
     held: Mutex<()>,
     held_changed: Condvar,
+    /// What [`Wal::room_hint`] reads: the bytes left in the segment after the last append,
+    /// were its open group sealed then.
+    room_hint: std::sync::atomic::AtomicU64,
 }
 
 /// Upper bounds, in seconds, of the buckets of [`WalStats::sync_seconds_buckets`] (the last
@@ -334,6 +337,7 @@ impl<S: Storage> Wal<S> {
             released: std::sync::atomic::AtomicBool::new(!hold),
             held: Mutex::new(()),
             held_changed: Condvar::new(),
+            room_hint: std::sync::atomic::AtomicU64::new(0),
         });
         let preparer = if background {
             let shared = Arc::clone(&shared);
@@ -487,6 +491,17 @@ impl<S: Storage> Wal<S> {
         let id = current.id + 1;
         drop(log);
         (left, lock(&self.shared.next).ready.contains_key(&id))
+    }
+
+    /// A lower bound of [`Wal::room`]'s bytes left, read without the append lock, for a caller
+    /// that only needs to know there is plenty: the bytes left after the last append, were
+    /// its open group sealed then (a seal takes the group's mirror and the padding to the next
+    /// block). Appends since made it smaller (the next one publishes that); a roll since made
+    /// it larger than this says. 0 before the first append.
+    pub fn room_hint(&self) -> u64 {
+        self.shared
+            .room_hint
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Makes the next segment's file now, if it is not made yet, so that the appends that fill
@@ -809,6 +824,19 @@ impl<S: Storage> Wal<S> {
             }
         }
         sh.flush(log, lsn)?;
+        let cursor = log.cursor();
+        let used = if cursor.group_bytes == 0 {
+            cursor.block_start
+        } else {
+            crate::format::next_block(crate::format::sealed_end(
+                cursor.block_start,
+                cursor.group_bytes,
+            ))
+        };
+        sh.room_hint.store(
+            cursor.file_bytes.saturating_sub(used),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         Figures::add(&sh.figures.records, entries.len() as u64);
         Figures::add(&sh.figures.bytes, frame_bytes_total);
         Ok(lsn - 1)
