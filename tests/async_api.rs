@@ -469,3 +469,95 @@ fn a_stream_dropped_with_claims_it_has_not_yielded_hands_them_back() {
 fn fire_ids(engine: &Engine) -> Vec<timewheel::JobId> {
     engine.ready().try_iter().collect()
 }
+
+/// A roll syncs the old segment's tail and the new header: an async call whose append would
+/// fill the segment must not do that on the runtime's thread. With every sync held, tasks
+/// schedule more than a segment holds on a runtime of one thread: the log must roll (once the
+/// syncs go through) while a heartbeat task on the same thread keeps running. Before the
+/// durability thread rolled ahead of them, the call that filled the segment stopped the
+/// runtime's only thread in the roll's held sync, and the heartbeat with it.
+#[test]
+fn a_call_that_fills_the_segment_does_not_sync_on_the_runtime_thread() {
+    let disk = FaultDisk::new(991);
+    let clock = ManualClock::new(T0);
+    let engine = Arc::new(
+        Engine::open_on(
+            disk.storage(),
+            Config::new("/unused").segment_bytes(1 << 20),
+            Arc::new(clock),
+        )
+        .expect("opens"),
+    );
+    let beats = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let runtime_thread = {
+        let (engine, beats) = (engine.clone(), beats.clone());
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                let heart = {
+                    let beats = beats.clone();
+                    tokio::spawn(async move {
+                        loop {
+                            beats.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                    })
+                };
+                // 320 calls of 4 KiB: more than the 1 MiB segment holds.
+                let calls: Vec<_> = (0..320u32)
+                    .map(|i| {
+                        let engine = engine.clone();
+                        tokio::spawn(async move {
+                            engine
+                                .schedule_async(
+                                    JobSpec::at(T0 + 60_000).payload(vec![i as u8; 4096]),
+                                )
+                                .await
+                        })
+                    })
+                    .collect();
+                let mut ids = Vec::new();
+                for call in calls {
+                    ids.push(call.await.expect("task").expect("scheduled"));
+                }
+                heart.abort();
+                ids
+            })
+        })
+    };
+    disk.hold_syncs(true);
+    // The first syncs are held (the durability thread's); meanwhile the calls go on until
+    // the segment is nearly full. The heartbeat must go on through it.
+    assert!(
+        disk.wait_for_held_syncs(1, Duration::from_secs(30)) >= 1,
+        "a sync is held"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut before = beats.load(std::sync::atomic::Ordering::Relaxed);
+    let mut beats_while_held = 0;
+    while beats_while_held < 200 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+        let now = beats.load(std::sync::atomic::Ordering::Relaxed);
+        beats_while_held += now - before;
+        before = now;
+    }
+    assert!(
+        beats_while_held >= 200,
+        "the runtime's thread stopped while the syncs were held ({beats_while_held} \
+         heartbeats): some call synced on it"
+    );
+    disk.hold_syncs(false);
+    let ids = runtime_thread.join().expect("runtime thread");
+    assert_eq!(
+        ids.iter().collect::<HashSet<_>>().len(),
+        320,
+        "each its own job"
+    );
+    assert!(engine.log_stats().rolls >= 1, "the log rolled");
+    for id in ids {
+        assert!(engine.get(id).is_some(), "job {id} is visible");
+    }
+}

@@ -15,13 +15,18 @@
 //!   A failed sync poisons the log: every future awaiting then returns `Poisoned`, none is
 //!   acknowledged.
 //! - **Fired jobs.** The timer thread wakes the tasks waiting to take a job after it queues ids.
+//! - **Rolls.** A durability thread rolls the log for the calls that found the segment nearly
+//!   full, then wakes them (below).
 //!
 //! What the futures do besides waiting (check, append, apply) is what the blocking calls do, and
-//! takes the same short locks. One exception: the call whose append fills the segment rolls
-//! the log into the next one, and a roll syncs the old segment's tail and the new header on
-//! the calling thread, a runtime worker, under the append lock (once per
-//! `Config::segment_bytes` of log: about two syncs' time for that worker and for any other
-//! appending meanwhile; docs/wal-format.md, "Rolls and the append lock").
+//! takes the same short locks. Not the log's rolls: a roll syncs the old segment's tail and
+//! the new header under the append lock (docs/wal-format.md, "Rolls and the append lock"),
+//! and a runtime worker must not wait for a sync. So a call that appends first looks at the
+//! room left in the segment (one atomic read); when less than its records and a margin (a
+//! sixteenth of `Config::segment_bytes`, at most 1 MiB) is left, it awaits a roll that a
+//! durability thread does ahead of it, and appends into the new segment. Left to a worker
+//! still: a batch bigger than a segment's room (its append rolls again), and an append that
+//! meets a roll a blocking call is doing (it waits for the append lock, as any appender does).
 //!
 //! A future dropped while it waits leaves no hole: a change was applied before the wait; a
 //! schedule's batch goes back to the engine (`Pending`'s `Drop`), which makes it visible once
@@ -72,6 +77,10 @@ struct DurableWaits {
     idle: usize,
     threads: Vec<JoinHandle<()>>,
     stop: bool,
+    /// A future found the segment nearly full (`RollAhead`): a durability thread rolls the
+    /// log if fewer bytes than this are left when it gets to it, then wakes `roll_waiters`.
+    roll_below: u64,
+    roll_waiters: Vec<Waker>,
 }
 
 impl Wakers {
@@ -105,6 +114,43 @@ impl Wakers {
     }
 }
 
+/// Starts the durability threads, at the first wait.
+fn start_threads(sh: &Arc<Shared>, waits: &mut DurableWaits) -> Result<()> {
+    if waits.threads.is_empty() {
+        for _ in 0..sh.config.syncs_in_flight {
+            let shared = Arc::clone(sh);
+            let thread = std::thread::Builder::new()
+                .name("timewheel-async-durable".into())
+                .spawn(move || run(shared))
+                .map_err(Error::Io)?;
+            waits.threads.push(thread);
+        }
+    }
+    Ok(())
+}
+
+/// Rolls the log ahead of need for the futures waiting in `RollAhead` (unless another roll
+/// made room meanwhile), then wakes them.
+fn roll_ahead(shared: &Shared, below: u64, waiters: Vec<Waker>) {
+    if shared.wal.room_hint() < below {
+        match shared.wal.roll_now() {
+            Ok(_) => shared.space_ok(),
+            Err(e) => {
+                // The futures go on to append, and meet the same error there (a full disk
+                // refuses their schedules, with the usual back-off).
+                let e = Error::from(e);
+                if let Error::NoSpace { segment, .. } = &e {
+                    shared.space_refused(*segment, shared.clock.now_ms());
+                }
+                tracing::warn!(error = %e, "rolling the log ahead of the async calls failed");
+            }
+        }
+    }
+    for waker in waiters {
+        waker.wake();
+    }
+}
+
 /// A durability thread: takes the highest LSN any future awaits that no other thread has
 /// taken, waits for it, then wakes every future whose LSN is acknowledged (all of them, after
 /// a failure: they find the log poisoned).
@@ -114,6 +160,14 @@ fn run(shared: Arc<Shared>) {
     loop {
         if waits.stop {
             return;
+        }
+        if !waits.roll_waiters.is_empty() {
+            let below = std::mem::take(&mut waits.roll_below);
+            let waiters = std::mem::take(&mut waits.roll_waiters);
+            drop(waits);
+            roll_ahead(&shared, below, waiters);
+            waits = lock(&wakers.durable);
+            continue;
         }
         let target = waits.pending.iter().map(|&(lsn, _)| lsn).max();
         let Some(target) = target.filter(|&t| t > waits.taken) else {
@@ -192,16 +246,7 @@ impl Future for Acknowledged<'_> {
             if waits.stop {
                 return Poll::Ready(Err(Error::Closed));
             }
-            if waits.threads.is_empty() {
-                for _ in 0..sh.config.syncs_in_flight {
-                    let shared = Arc::clone(sh);
-                    let thread = std::thread::Builder::new()
-                        .name("timewheel-async-durable".into())
-                        .spawn(move || run(shared))
-                        .map_err(Error::Io)?;
-                    waits.threads.push(thread);
-                }
-            }
+            start_threads(sh, &mut waits)?;
             waits.pending.push((self.lsn, cx.waker().clone()));
             if waits.idle > 0 && self.lsn > waits.taken {
                 sh.wakers.durable_changed.notify_one();
@@ -212,6 +257,46 @@ impl Future for Acknowledged<'_> {
             Some(done) => Poll::Ready(done),
             None => Poll::Pending,
         }
+    }
+}
+
+/// Resolves once the segment being appended to has room for `bytes` more (with a margin), so
+/// that the call's append does not roll the log on the runtime's worker: a roll syncs the
+/// old segment's tail and the new header, under the append lock. If it has not, a durability
+/// thread rolls the log first, off the runtime. Resolves at the latest after that one roll
+/// (a batch bigger than a segment's room still rolls it itself), at once if the engine is
+/// closed or refusing schedules for a full disk.
+struct RollAhead<'a> {
+    shared: &'a Arc<Shared>,
+    below: u64,
+    asked: bool,
+}
+
+impl Future for RollAhead<'_> {
+    type Output = Result<()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let sh = self.shared;
+        if self.asked || sh.wal.room_hint() >= self.below || sh.closed.load(Ordering::Acquire) {
+            return Poll::Ready(Ok(()));
+        }
+        let mut waits = lock(&sh.wakers.durable);
+        if waits.stop {
+            return Poll::Ready(Ok(()));
+        }
+        // Rolled between the look and the lock: the roll published the room before it woke
+        // anyone, under this lock.
+        if sh.wal.room_hint() >= self.below {
+            return Poll::Ready(Ok(()));
+        }
+        start_threads(sh, &mut waits)?;
+        waits.roll_below = waits.roll_below.max(self.below);
+        waits.roll_waiters.push(cx.waker().clone());
+        // Rare (once a segment): every thread looks, the first takes it.
+        sh.wakers.durable_changed.notify_all();
+        drop(waits);
+        self.asked = true;
+        Poll::Pending
     }
 }
 
@@ -257,6 +342,19 @@ impl Future for TakeIds<'_> {
 }
 
 impl Engine {
+    /// What an async call that appends about `bytes` awaits first: room in the segment, so
+    /// that its append does not roll the log on the runtime's worker ([`RollAhead`]). The
+    /// margin is a sixteenth of a segment, at most 1 MiB: a roll a little early.
+    fn room_for(&self, bytes: u64) -> RollAhead<'_> {
+        let margin = (self.shared.config.segment_bytes / 16).min(1 << 20);
+        RollAhead {
+            shared: &self.shared,
+            below: margin.saturating_add(bytes),
+            // A full disk: the append refuses at once, with no roll tried.
+            asked: self.shared.refusing_schedules(),
+        }
+    }
+
     fn acknowledged(&self, lsn: Option<Lsn>) -> Acknowledged<'_> {
         Acknowledged {
             shared: &self.shared,
@@ -276,6 +374,14 @@ impl Engine {
         &self,
         specs: impl IntoIterator<Item = JobSpec>,
     ) -> Result<Vec<JobId>> {
+        let specs: Vec<JobSpec> = specs.into_iter().collect();
+        // A rough size of the batch's records (the frame and the fixed fields, the payload,
+        // the key).
+        let bytes = specs
+            .iter()
+            .map(|s| 96 + s.payload.len() + s.key.as_ref().map_or(0, |k| k.len()))
+            .sum::<usize>() as u64;
+        self.room_for(bytes).await?;
         let (ids, mut pending) = self.schedule_batch_nowait(specs)?;
         // Waits as `Engine::commit` does: also when a key named a job another caller appended
         // and nothing new was, since the id acknowledges that job.
@@ -301,6 +407,7 @@ impl Engine {
     /// [`cancel_batch`](Engine::cancel_batch), as a future.
     pub async fn cancel_batch_async(&self, ids: &[JobId]) -> Result<Vec<Outcome>> {
         let items: Vec<(JobId, ())> = ids.iter().map(|&id| (id, ())).collect();
+        self.room_for(64 * ids.len() as u64).await?;
         let (out, lsn) = self
             .shared
             .change_batch_nowait(&items, |id, ()| Event::Cancel { id })?;
@@ -313,6 +420,7 @@ impl Engine {
         let sh = &*self.shared;
         sh.check_open()?;
         sh.validate_due(due_ms, sh.clock.now_ms())?;
+        self.room_for(64).await?;
         let (out, lsn) = sh.change_batch_nowait(&[(id, due_ms)], |id, due_ms| {
             Event::Reschedule { id, due_ms }
         })?;
@@ -328,6 +436,7 @@ impl Engine {
 
     /// [`complete`](Engine::complete), as a future.
     pub async fn complete_async(&self, claimed: &Claimed) -> Result<bool> {
+        self.room_for(64).await?;
         let (done, lsn) = self
             .shared
             .finish_batch_nowait(std::slice::from_ref(claimed), super::worker::completion)?;
@@ -337,6 +446,7 @@ impl Engine {
 
     /// [`fail`](Engine::fail), as a future.
     pub async fn fail_async(&self, claimed: &Claimed, reason: &str) -> Result<bool> {
+        self.room_for(64 + reason.len() as u64).await?;
         let (done, lsn) = self.shared.end_attempts_nowait(&[(
             claimed,
             super::worker::Ending::Failed {
@@ -358,7 +468,7 @@ impl Engine {
     /// claimed with one append. Empty once the ready stream ended.
     pub async fn claim_next_async(&self, max: usize) -> Result<Vec<Claimed>> {
         loop {
-            let ids = TakeIds {
+            let mut ids = TakeIds {
                 shared: &self.shared,
                 max: max.max(1),
             }
@@ -368,6 +478,15 @@ impl Engine {
             }
             // Plain claims are handed out without waiting for a sync (see `Engine::claim`);
             // what must be durable first is awaited, not waited for on this thread.
+            {
+                // Dropped while it waits for the roll, the ids go back to the ready queue.
+                let waiting = GiveBack {
+                    shared: &self.shared,
+                    ids,
+                };
+                self.room_for(64 * waiting.ids.len() as u64).await?;
+                ids = std::mem::take(&mut { waiting }.ids);
+            }
             let mut round = self.shared.claim_round(&ids)?;
             while !round.deferred.is_empty() {
                 // Dropped while it waits to claim them, the ids go back to the ready queue.

@@ -1297,6 +1297,12 @@ impl Shared {
         }
     }
 
+    /// Whether schedules are refused for now, a failed allocation's back-off running.
+    #[cfg(feature = "async")]
+    pub(crate) fn refusing_schedules(&self) -> bool {
+        self.refused_for_now(self.clock.now_ms()).is_err()
+    }
+
     /// `NoSpace` while the back-off after a failed allocation lasts.
     fn refused_for_now(&self, now_ms: u64) -> Result<()> {
         if !self.out_of_space.load(Ordering::Acquire) {

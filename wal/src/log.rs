@@ -339,6 +339,7 @@ impl<S: Storage> Wal<S> {
             held_changed: Condvar::new(),
             room_hint: std::sync::atomic::AtomicU64::new(0),
         });
+        shared.publish_room(&lock(&shared.log));
         let preparer = if background {
             let shared = Arc::clone(&shared);
             let handle = std::thread::Builder::new()
@@ -494,10 +495,9 @@ impl<S: Storage> Wal<S> {
     }
 
     /// A lower bound of [`Wal::room`]'s bytes left, read without the append lock, for a caller
-    /// that only needs to know there is plenty: the bytes left after the last append, were
-    /// its open group sealed then (a seal takes the group's mirror and the padding to the next
-    /// block). Appends since made it smaller (the next one publishes that); a roll since made
-    /// it larger than this says. 0 before the first append.
+    /// that only needs to know there is plenty: the bytes left after the last append (or the
+    /// open, or the last roll), were its open group sealed then (a seal takes the group's
+    /// mirror and the padding to the next block).
     pub fn room_hint(&self) -> u64 {
         self.shared
             .room_hint
@@ -824,6 +824,18 @@ impl<S: Storage> Wal<S> {
             }
         }
         sh.flush(log, lsn)?;
+        sh.publish_room(log);
+        Figures::add(&sh.figures.records, entries.len() as u64);
+        Figures::add(&sh.figures.bytes, frame_bytes_total);
+        Ok(lsn - 1)
+    }
+}
+
+impl<S: Storage> Shared<S> {
+    /// Publishes what [`Wal::room_hint`] reads: the bytes left in the segment appended to,
+    /// were its open group sealed now. Called with the append lock held, after each append,
+    /// roll and open.
+    fn publish_room(&self, log: &LogState<S::File>) {
         let cursor = log.cursor();
         let used = if cursor.group_bytes == 0 {
             cursor.block_start
@@ -833,17 +845,12 @@ impl<S: Storage> Wal<S> {
                 cursor.group_bytes,
             ))
         };
-        sh.room_hint.store(
+        self.room_hint.store(
             cursor.file_bytes.saturating_sub(used),
             std::sync::atomic::Ordering::Relaxed,
         );
-        Figures::add(&sh.figures.records, entries.len() as u64);
-        Figures::add(&sh.figures.bytes, frame_bytes_total);
-        Ok(lsn - 1)
     }
-}
 
-impl<S: Storage> Shared<S> {
     /// Waits until `lsn` is durable, leading a sync if none is in flight. Must not be called
     /// with the `log` lock held (see [`Shared::wait_commit_locked`]).
     fn wait_commit(&self, lsn: Lsn) -> Result<(), Error> {
@@ -1280,6 +1287,7 @@ impl<S: Storage> Shared<S> {
                 tracing::debug!(segment = id, first_lsn, "WAL rolled");
                 log.segments.push_back(segment);
                 log.group.count = 0;
+                self.publish_room(log);
                 Ok(())
             }
             Err(e) => {
