@@ -1300,7 +1300,8 @@ impl Shared {
     /// Whether schedules are refused for now, a failed allocation's back-off running.
     #[cfg(feature = "async")]
     pub(crate) fn refusing_schedules(&self) -> bool {
-        self.refused_for_now(self.clock.now_ms()).is_err()
+        self.out_of_space.load(Ordering::Acquire)
+            && self.refused_for_now(self.clock.now_ms()).is_err()
     }
 
     /// `NoSpace` while the back-off after a failed allocation lasts.

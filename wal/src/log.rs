@@ -86,9 +86,15 @@ struct Shared<S: Storage> {
     held: Mutex<()>,
     held_changed: Condvar,
     /// What [`Wal::room_hint`] reads: the bytes left in the segment after the last append,
-    /// were its open group sealed then.
-    room_hint: std::sync::atomic::AtomicU64,
+    /// were its open group sealed then. On a cache line of its own: every append writes it,
+    /// and async calls on other threads read it before they append.
+    room_hint: RoomHint,
 }
+
+/// [`Shared::room_hint`]'s cell, alone on its cache line(s).
+#[derive(Default)]
+#[repr(align(128))]
+struct RoomHint(std::sync::atomic::AtomicU64);
 
 /// Upper bounds, in seconds, of the buckets of [`WalStats::sync_seconds_buckets`] (the last
 /// bucket, `+Inf`, is implied).
@@ -337,7 +343,7 @@ impl<S: Storage> Wal<S> {
             released: std::sync::atomic::AtomicBool::new(!hold),
             held: Mutex::new(()),
             held_changed: Condvar::new(),
-            room_hint: std::sync::atomic::AtomicU64::new(0),
+            room_hint: RoomHint::default(),
         });
         shared.publish_room(&lock(&shared.log));
         let preparer = if background {
@@ -501,6 +507,7 @@ impl<S: Storage> Wal<S> {
     pub fn room_hint(&self) -> u64 {
         self.shared
             .room_hint
+            .0
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
@@ -845,7 +852,7 @@ impl<S: Storage> Shared<S> {
                 cursor.group_bytes,
             ))
         };
-        self.room_hint.store(
+        self.room_hint.0.store(
             cursor.file_bytes.saturating_sub(used),
             std::sync::atomic::Ordering::Relaxed,
         );
