@@ -108,7 +108,18 @@ impl Wakers {
             }
         }
         self.wake_ready();
-        for (_, waker) in lock(&self.durable).pending.drain(..) {
+        let (pending, rolls) = {
+            let mut waits = lock(&self.durable);
+            (
+                std::mem::take(&mut waits.pending),
+                std::mem::take(&mut waits.roll_waiters),
+            )
+        };
+        for (_, waker) in pending {
+            waker.wake();
+        }
+        // A call that waited for a roll goes on, and finds the engine closed.
+        for waker in rolls {
             waker.wake();
         }
     }
@@ -138,11 +149,16 @@ fn roll_ahead(shared: &Shared, below: u64, waiters: Vec<Waker>) {
             Err(e) => {
                 // The futures go on to append, and meet the same error there (a full disk
                 // refuses their schedules, with the usual back-off).
-                let e = Error::from(e);
-                if let Error::NoSpace { segment, .. } = &e {
-                    shared.space_refused(*segment, shared.clock.now_ms());
+                match Error::from(e) {
+                    // Closing, or a failed sync said so already.
+                    Error::Closed | Error::Poisoned => {}
+                    e => {
+                        if let Error::NoSpace { segment, .. } = &e {
+                            shared.space_refused(*segment, shared.clock.now_ms());
+                        }
+                        tracing::warn!(error = %e, "rolling the log ahead of the async calls failed");
+                    }
                 }
-                tracing::warn!(error = %e, "rolling the log ahead of the async calls failed");
             }
         }
     }
