@@ -156,7 +156,7 @@ fn roll_ahead(shared: &Shared, below: u64, waiters: Vec<Waker>) {
                         if let Error::NoSpace { segment, .. } = &e {
                             shared.space_refused(*segment, shared.clock.now_ms());
                         }
-                        tracing::warn!(error = %e, "rolling the log ahead of the async calls failed");
+                        tracing::debug!(error = %e, "rolling the log ahead of the async calls failed");
                     }
                 }
             }
