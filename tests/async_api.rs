@@ -561,3 +561,77 @@ fn a_call_that_fills_the_segment_does_not_sync_on_the_runtime_thread() {
         assert!(engine.get(id).is_some(), "job {id} is visible");
     }
 }
+
+/// A full disk through the async API, as `nospace_writes_nothing` has it for the blocking
+/// calls: async schedules fill the log until the next segment can not be allocated; then they
+/// are refused at once during the back-off, with no allocation tried by them nor by a roll
+/// ahead of them; async cancels still go through, into the reserve; once space is back and
+/// the wait is over, async schedules work again, into a new segment.
+#[test]
+fn a_full_disk_refuses_async_schedules_without_retrying_and_lets_cancels_through() {
+    let disk = FaultDisk::new(92);
+    let clock = ManualClock::new(T0);
+    let cfg = common::config()
+        .segment_bytes(64 << 10)
+        .payload_bytes_max(1 << 10);
+    let engine = Engine::open_on(disk.storage(), cfg, Arc::new(clock.clone())).expect("opens");
+    runtime().block_on(async {
+        let mut keep = Vec::new();
+        for _ in 0..3 {
+            keep.push(
+                engine
+                    .schedule_async(JobSpec::at(T0 + 3_600_000))
+                    .await
+                    .expect("scheduled"),
+            );
+        }
+        disk.set_enospc(true);
+        let mut filled = false;
+        for _ in 0..1_000 {
+            match engine
+                .schedule_async(JobSpec::at(T0 + 3_600_000).payload(vec![1; 200]))
+                .await
+            {
+                Ok(_) => {}
+                Err(Error::NoSpace { .. }) => {
+                    filled = true;
+                    break;
+                }
+                Err(e) => panic!("unexpected {e:?}"),
+            }
+        }
+        assert!(filled, "the log filled up");
+        let tried = disk.stats().enospc_failures;
+        for _ in 0..500 {
+            match engine.schedule_async(JobSpec::at(T0)).await {
+                Err(Error::NoSpace { source, .. }) => {
+                    assert!(source.to_string().contains("refused"), "{source}")
+                }
+                other => panic!("expected NoSpace, got {other:?}"),
+            }
+        }
+        assert_eq!(
+            disk.stats().enospc_failures,
+            tried,
+            "no allocation tried during the back-off"
+        );
+        for id in keep {
+            assert!(engine.cancel_async(id).await.expect("cancel").is_done());
+        }
+        assert_eq!(
+            disk.stats().enospc_failures,
+            tried,
+            "cancels try none either"
+        );
+        disk.set_enospc(false);
+        clock.advance(100);
+        let rolls = engine.log_stats().rolls;
+        for _ in 0..400 {
+            engine
+                .schedule_async(JobSpec::at(T0 + 3_600_000).payload(vec![2; 200]))
+                .await
+                .expect("space is back");
+        }
+        assert!(engine.log_stats().rolls > rolls, "into a new segment");
+    });
+}
