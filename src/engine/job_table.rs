@@ -367,14 +367,22 @@ impl JobTable {
     }
 
     /// Inserts a job not in the table yet (asserted), and says where it is.
+    #[cfg(test)]
     pub fn insert_new(&mut self, id: JobId, job: Job) -> At {
+        self.try_insert_new(id, job)
+            .unwrap_or_else(|| panic!("job {id} is in the table already"))
+    }
+
+    /// Inserts a job the table does not hold; `None` (and `job` dropped) if it holds one by
+    /// that id. One lookup: for a caller that would otherwise ask first.
+    pub fn try_insert_new(&mut self, id: JobId, job: Job) -> Option<At> {
         match entry(&mut self.shards, &self.slab, id) {
-            hashbrown::hash_table::Entry::Occupied(_) => panic!("job {id} is in the table already"),
+            hashbrown::hash_table::Entry::Occupied(_) => None,
             hashbrown::hash_table::Entry::Vacant(v) => {
                 let slot = self.slab.take(id, job);
                 v.insert(slot);
                 self.len += 1;
-                At(slot)
+                Some(At(slot))
             }
         }
     }

@@ -285,7 +285,11 @@ impl State {
                 Ok(())
             }
             Event::Schedule(ref s) => {
-                if self.jobs.contains_key(&s.id) || self.dead.contains_key(&s.id) {
+                // With a key, asked before the key is taken; without one, the insert below
+                // finds a job scheduled twice itself (one lookup of the table, not two).
+                if self.dead.contains_key(&s.id)
+                    || (s.key.is_some() && self.jobs.contains_key(&s.id))
+                {
                     return Err(SCHEDULED_TWICE);
                 }
                 // Taken first: the one check that can still refuse, and it changes nothing
@@ -305,13 +309,16 @@ impl State {
                         Some(hash)
                     }
                 };
-                self.insert_scheduled(
+                if !self.insert_scheduled(
                     s.id,
                     s.due_ms,
                     Payload::new(s.payload),
                     s.flags & FLAG_BINARY_PAYLOAD != 0,
                     (live, lsn),
-                );
+                ) {
+                    assert!(key_hash.is_none(), "asked before the key was taken");
+                    return Err(SCHEDULED_TWICE);
+                }
                 let recurring = s.recurring.map(|r| {
                     Arc::new(crate::job::Recurring::decode(r).expect("checked by decode"))
                 });
@@ -552,7 +559,10 @@ impl State {
                     .dead
                     .remove(&id)
                     .ok_or("requeue of a job that is not dead")?;
-                self.insert_scheduled(id, due_ms, dead.payload, dead.binary, (live, lsn));
+                assert!(
+                    self.insert_scheduled(id, due_ms, dead.payload, dead.binary, (live, lsn)),
+                    "not in the table: asked above"
+                );
                 let job = self.jobs.get_mut(&id).expect("inserted");
                 job.attempt = dead.attempt;
                 job.set_far_copy(dead.far_copy);
@@ -715,13 +725,14 @@ impl State {
             );
             return Ok(());
         }
-        self.insert_scheduled(
+        let inserted = self.insert_scheduled(
             job.id,
             job.due_ms,
             Payload::new(&job.payload),
             job.flags & FLAG_BINARY_PAYLOAD != 0,
             (false, 0),
         );
+        assert!(inserted, "a job loaded from a bucket is not in the table");
         if !extra.is_empty() {
             self.extra.insert(job.id, extra);
         }
@@ -971,10 +982,10 @@ impl State {
         payload: Payload,
         binary: bool,
         (arm, lsn): (bool, u64),
-    ) {
+    ) -> bool {
         // A due time already past fires at once; its lateness counts from now, not from a
         // due time the engine never had a chance to meet.
-        let at = self.jobs.insert_new(
+        let Some(at) = self.jobs.try_insert_new(
             id,
             Job {
                 due_ms,
@@ -990,12 +1001,15 @@ impl State {
                 at_ms: 0,
                 lsn,
             },
-        );
+        ) else {
+            return false;
+        };
         if arm {
             let timer = self.due.insert(due_ms.max(self.now_ms), at);
             self.jobs.at(at).1.timer = Some(timer);
         }
         self.count(None, Some(JobState::Scheduled));
+        true
     }
 
     /// After replay: `missed` (due by now) jobs go straight to the ready queue in due order,
@@ -1580,6 +1594,40 @@ mod moves {
             );
             *state = JobState::Ready;
             *until_ms = now_ms + LEASE_MS;
+        }
+    }
+
+    /// A schedule of a job the table holds is refused and changes nothing, with a key or
+    /// without (without one, the insert finds it: the table is not asked first); a schedule
+    /// made visible after its job was read back from a bucket is skipped so.
+    #[test]
+    fn a_second_schedule_of_one_job_changes_nothing() {
+        let (tx, _rx) = crossbeam_channel::unbounded();
+        let mut state = State::new(T0, 16, LEASE_MS, tx);
+        let id = JobId::compose(1, 493_000);
+        schedule(&mut state, id, T0 + 50, 1);
+        let before = (state.jobs.len(), state.in_state, state.due.len());
+        for key in [None, Some(&b"k"[..])] {
+            let mut record = ScheduleRecord::plain(id, T0 + 900, T0, b"other");
+            record.key = key;
+            let event = Event::Schedule(record);
+            assert_eq!(
+                state.apply(&event, Mode::Live, 2),
+                Err(super::SCHEDULED_TWICE)
+            );
+            assert!(!state.apply_visible(&event, None, 2));
+            let after = (state.jobs.len(), state.in_state, state.due.len());
+            assert_eq!(after, before, "nothing changed (key {key:?})");
+            assert!(
+                !state.keys.holds(super::key_hash(b"k"), b"k", id),
+                "the key was not taken"
+            );
+            let job = state.jobs.get(&id).expect("still there");
+            assert_eq!(
+                (job.due_ms, job.lsn),
+                (T0 + 50, 1),
+                "the first schedule's job"
+            );
         }
     }
 
