@@ -25,8 +25,10 @@
 //! room left in the segment (one atomic read); when less than its records and a margin (a
 //! sixteenth of `Config::segment_bytes`, at most 1 MiB) is left, it awaits a roll that a
 //! durability thread does ahead of it, and appends into the new segment. Left to a worker
-//! still: a batch bigger than a segment's room (its append rolls again), and an append that
-//! meets a roll a blocking call is doing (it waits for the append lock, as any appender does).
+//! still: a batch bigger than a segment's room (its append rolls again); an append that meets
+//! a roll a blocking call is doing (it waits for the append lock, as any appender does); and
+//! an append a whole write reach (8 MiB) ahead of the syncs, which makes the blocks before it
+//! durable first (docs/wal-format.md, the write bound: only batches that large in flight).
 //!
 //! A future dropped while it waits leaves no hole: a change was applied before the wait; a
 //! schedule's batch goes back to the engine (`Pending`'s `Drop`), which makes it visible once
