@@ -216,13 +216,17 @@ fn run(shared: Arc<Shared>) {
         } else {
             shared.wal.durable_lsn().max(target)
         };
-        waits.pending.retain(|(lsn, waker)| {
-            let done = *lsn <= through;
-            if done {
-                waker.wake_by_ref();
-            }
-            !done
-        });
+        // Woken after the lock is let go: the futures that register meanwhile (every call,
+        // on the runtime's workers) do not wait for the wakes.
+        let done: Vec<(Lsn, Waker)> = waits
+            .pending
+            .extract_if(.., |(lsn, _)| *lsn <= through)
+            .collect();
+        drop(waits);
+        for (_, waker) in done {
+            waker.wake();
+        }
+        waits = lock(&wakers.durable);
         if failed {
             // Poisoned: nothing is acknowledged from now on, and every future says so. The
             // other threads find the log poisoned too.
