@@ -83,6 +83,8 @@ struct DurableWaits {
     /// log if fewer bytes than this are left when it gets to it, then wakes `roll_waiters`.
     roll_below: u64,
     roll_waiters: Vec<Waker>,
+    /// Rolls ahead done (or found needless): a future that asked before one ended goes on.
+    rolls_done: u64,
 }
 
 impl Wakers {
@@ -142,9 +144,9 @@ fn start_threads(sh: &Arc<Shared>, waits: &mut DurableWaits) -> Result<()> {
     Ok(())
 }
 
-/// Rolls the log ahead of need for the futures waiting in `RollAhead` (unless another roll
-/// made room meanwhile), then wakes them.
-fn roll_ahead(shared: &Shared, below: u64, waiters: Vec<Waker>) {
+/// Rolls the log ahead of need for the futures waiting in `RollAhead`, unless another roll
+/// made room meanwhile.
+fn roll_ahead(shared: &Shared, below: u64) {
     if shared.wal.room_hint() < below {
         match shared.wal.roll_now() {
             Ok(_) => shared.space_ok(),
@@ -164,9 +166,6 @@ fn roll_ahead(shared: &Shared, below: u64, waiters: Vec<Waker>) {
             }
         }
     }
-    for waker in waiters {
-        waker.wake();
-    }
 }
 
 /// A durability thread: takes the highest LSN any future awaits that no other thread has
@@ -183,7 +182,13 @@ fn run(shared: Arc<Shared>) {
             let below = std::mem::take(&mut waits.roll_below);
             let waiters = std::mem::take(&mut waits.roll_waiters);
             drop(waits);
-            roll_ahead(&shared, below, waiters);
+            roll_ahead(&shared, below);
+            waits = lock(&wakers.durable);
+            waits.rolls_done += 1;
+            drop(waits);
+            for waker in waiters {
+                waker.wake();
+            }
             waits = lock(&wakers.durable);
             continue;
         }
@@ -291,7 +296,10 @@ impl Future for Acknowledged<'_> {
 struct RollAhead<'a> {
     shared: &'a Arc<Shared>,
     below: u64,
-    asked: bool,
+    /// No roll to ask for (the disk is full: the append refuses at once).
+    skip: bool,
+    /// `DurableWaits::rolls_done` when this asked: one more, and it goes on.
+    asked: Option<u64>,
 }
 
 impl Future for RollAhead<'_> {
@@ -299,25 +307,29 @@ impl Future for RollAhead<'_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let sh = self.shared;
-        if self.asked || sh.wal.room_hint() >= self.below || sh.closed.load(Ordering::Acquire) {
+        if self.skip || sh.wal.room_hint() >= self.below || sh.closed.load(Ordering::Acquire) {
             return Poll::Ready(Ok(()));
         }
         let mut waits = lock(&sh.wakers.durable);
         if waits.stop {
             return Poll::Ready(Ok(()));
         }
-        // Rolled between the look and the lock: the roll published the room before it woke
-        // anyone, under this lock.
-        if sh.wal.room_hint() >= self.below {
+        // A roll that ended between the look and the lock published the room first.
+        if sh.wal.room_hint() >= self.below
+            || self.asked.is_some_and(|asked| waits.rolls_done > asked)
+        {
             return Poll::Ready(Ok(()));
         }
         start_threads(sh, &mut waits)?;
         waits.roll_below = waits.roll_below.max(self.below);
+        // Again after a poll that was not the roll's wake (a `select!` beside it): that one
+        // wake is still owed, to this waker.
         waits.roll_waiters.push(cx.waker().clone());
+        let done = waits.rolls_done;
+        drop(waits);
         // Rare (once a segment): every thread looks, the first takes it.
         sh.wakers.durable_changed.notify_all();
-        drop(waits);
-        self.asked = true;
+        self.asked.get_or_insert(done);
         Poll::Pending
     }
 }
@@ -373,7 +385,8 @@ impl Engine {
             shared: &self.shared,
             below: margin.saturating_add(bytes),
             // A full disk: the append refuses at once, with no roll tried.
-            asked: self.shared.refusing_schedules(),
+            skip: self.shared.refusing_schedules(),
+            asked: None,
         }
     }
 
