@@ -470,12 +470,32 @@ fn fire_ids(engine: &Engine) -> Vec<timewheel::JobId> {
     engine.ready().try_iter().collect()
 }
 
+/// Polls the future it holds, and wakes its own task again at once whenever that is pending.
+struct Restless<F>(std::pin::Pin<Box<F>>);
+
+impl<F: std::future::Future> std::future::Future for Restless<F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let polled = self.0.as_mut().poll(cx);
+        if polled.is_pending() {
+            cx.waker().wake_by_ref();
+        }
+        polled
+    }
+}
+
 /// A roll syncs the old segment's tail and the new header: an async call whose append would
 /// fill the segment must not do that on the runtime's thread. With every sync held, tasks
 /// schedule more than a segment holds on a runtime of one thread: the log must roll (once the
 /// syncs go through) while a heartbeat task on the same thread keeps running. Before the
 /// durability thread rolled ahead of them, the call that filled the segment stopped the
-/// runtime's only thread in the roll's held sync, and the heartbeat with it.
+/// runtime's only thread in the roll's held sync, and the heartbeat with it; and with a roll
+/// ahead that let a call go on at its second poll, a restless call (polled for nothing while
+/// it waited for the roll) did the same.
 #[test]
 fn a_call_that_fills_the_segment_does_not_sync_on_the_runtime_thread() {
     let disk = FaultDisk::new(991);
@@ -506,16 +526,21 @@ fn a_call_that_fills_the_segment_does_not_sync_on_the_runtime_thread() {
                         }
                     })
                 };
-                // 320 calls of 4 KiB: more than the 1 MiB segment holds.
+                // 320 calls of 4 KiB: more than the 1 MiB segment holds. Every other one is
+                // restless: polled again at once whenever it is pending, as a `select!` beside
+                // a busy branch would poll it, so that what it awaits is woken for nothing.
                 let calls: Vec<_> = (0..320u32)
                     .map(|i| {
                         let engine = engine.clone();
                         tokio::spawn(async move {
-                            engine
-                                .schedule_async(
-                                    JobSpec::at(T0 + 60_000).payload(vec![i as u8; 4096]),
-                                )
-                                .await
+                            let call = engine.schedule_async(
+                                JobSpec::at(T0 + 60_000).payload(vec![i as u8; 4096]),
+                            );
+                            if i % 2 == 0 {
+                                Restless(Box::pin(call)).await
+                            } else {
+                                call.await
+                            }
                         })
                     })
                     .collect();
