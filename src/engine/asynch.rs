@@ -152,16 +152,12 @@ fn roll_ahead(shared: &Shared, below: u64) {
             Ok(_) => shared.space_ok(),
             Err(e) => {
                 // The futures go on to append, and meet the same error there (a full disk
-                // refuses their schedules, with the usual back-off).
-                match Error::from(e) {
-                    // Closing, or a failed sync said so already.
-                    Error::Closed | Error::Poisoned => {}
-                    e => {
-                        if let Error::NoSpace { segment, .. } = &e {
-                            shared.space_refused(*segment, shared.clock.now_ms());
-                        }
-                        tracing::debug!(error = %e, "rolling the log ahead of the async calls failed");
-                    }
+                // refuses their schedules, with the usual back-off). Closing, or a failed
+                // sync, said so already.
+                let e = Error::from(e);
+                if !matches!(e, Error::Closed | Error::Poisoned) {
+                    shared.space_refused(&e, shared.clock.now_ms());
+                    tracing::debug!(error = %e, "rolling the log ahead of the async calls failed");
                 }
             }
         }

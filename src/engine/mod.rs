@@ -565,9 +565,7 @@ impl Engine {
                     state.keys.seen_up_to(end, end);
                 }
                 let e = Error::from(e);
-                if let Error::NoSpace { segment, .. } = &e {
-                    sh.space_refused(*segment, now_ms);
-                }
+                sh.space_refused(&e, now_ms);
                 return Err(e);
             }
         };
@@ -1284,8 +1282,8 @@ impl Shared {
             }
             Err(e) => {
                 let e = Error::from(e);
+                self.space_refused(&e, now_ms);
                 if let Error::NoSpace { segment, .. } = &e {
-                    self.space_refused(*segment, now_ms);
                     tracing::warn!(
                         segment,
                         "the log is down to its reserve for finishing jobs; \
@@ -1326,7 +1324,13 @@ impl Shared {
         }
     }
 
-    fn space_refused(&self, segment: u64, now_ms: u64) {
+    /// After an error: if the log could not grow (`NoSpace`), schedules are refused for the
+    /// next back-off (`Config::no_space_retry_ms`, doubling with each failure); any other
+    /// error changes nothing.
+    fn space_refused(&self, e: &Error, now_ms: u64) {
+        let Error::NoSpace { segment, .. } = *e else {
+            return;
+        };
         let base = self.config.no_space_retry_ms;
         if base == 0 {
             return;
