@@ -388,6 +388,17 @@ pub fn fill_until_no_space(
     panic!("{tries} schedules fit: the log never filled up");
 }
 
+/// A schedule refused at once while the back-off after a failed allocation lasts
+/// (`Config::no_space_retry_ms`): `NoSpace`, saying so.
+pub fn assert_refused_by_back_off<T: std::fmt::Debug>(result: timewheel::Result<T>) {
+    match result {
+        Err(Error::NoSpace { source, .. }) => {
+            assert!(source.to_string().contains("refused"), "{source}")
+        }
+        other => panic!("expected NoSpace, got {other:?}"),
+    }
+}
+
 /// The end of an oracle run (`threads_oracle`, `async_oracle`): a power cut that keeps only
 /// what was synced, a reopen, and the check that every acknowledged job (with its due time,
 /// where the oracle knows it) is back unless its end was acknowledged, and that the engine
