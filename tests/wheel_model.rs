@@ -1,5 +1,5 @@
 //! The timing wheel against a plain model, a `BTreeMap<(due, seq), value>`: random sequences of
-//! insert, cancel, reschedule and poll, with time steps from 0 ms to days (and backwards),
+//! insert, cancel, reschedule, poll and `poll_many`, with time steps from 0 ms to days (and backwards),
 //! far-future dues, bursts of thousands in one ms and stale keys. After every step the wheel
 //! and the model must agree: the same timers fire, in due order, none early, none twice, none
 //! lost; `next_due` never oversleeps, is exact within the current second, and polling at it
@@ -40,6 +40,9 @@ enum Op {
     /// Moves the caller's clock (backwards when negative) and polls at most `polls` times.
     Advance(i64, u16),
     PollAtNextDue,
+    /// Moves the caller's clock like `Advance` and takes at most `max` timers in one
+    /// `poll_many`.
+    PollMany(i64, u16),
 }
 
 fn due() -> impl Strategy<Value = Due> {
@@ -77,6 +80,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(Op::Relabel),
         4 => (step(), prop_oneof![Just(u16::MAX), 1..500u16]).prop_map(|(s, p)| Op::Advance(s, p)),
         2 => Just(Op::PollAtNextDue),
+        3 => (step(), prop_oneof![Just(u16::MAX), 0..500u16]).prop_map(|(s, m)| Op::PollMany(s, m)),
     ]
 }
 
@@ -148,6 +152,28 @@ impl Harness {
     /// One poll, checked against the model; returns whether it fired.
     fn poll(&mut self, now_ms: u64) -> bool {
         let fired = self.wheel.poll(now_ms);
+        let progress = self.check_poll(fired, now_ms);
+        assert_eq!(self.wheel.now_ms(), self.model.wheel_now_ms);
+        progress
+    }
+
+    /// One `poll_many`, checked timer by timer as that many polls would be, then (if it
+    /// stopped short of `max`) as the poll that found nothing due.
+    fn poll_many(&mut self, now_ms: u64, max: usize) {
+        let mut out = vec![(TimerKey::from_u64(0), 0, 0)];
+        let fired = self.wheel.poll_many(now_ms, max, &mut out);
+        assert_eq!(fired, out.len() - 1, "appends what it counts");
+        assert!(fired <= max);
+        for &timer in &out[1..] {
+            assert!(self.check_poll(Some(timer), now_ms));
+        }
+        if fired < max {
+            self.check_poll(None, now_ms);
+        }
+        assert_eq!(self.wheel.now_ms(), self.model.wheel_now_ms);
+    }
+
+    fn check_poll(&mut self, fired: Option<(TimerKey, u64, u64)>, now_ms: u64) -> bool {
         let first = self.model.pending.keys().next().copied();
         match fired {
             Some((key, due_ms, value)) => {
@@ -182,7 +208,6 @@ impl Harness {
                 self.model.wheel_now_ms = self.model.wheel_now_ms.max(now_ms);
             }
         }
-        assert_eq!(self.wheel.now_ms(), self.model.wheel_now_ms);
         fired.is_some()
     }
 
@@ -239,6 +264,10 @@ impl Harness {
                         break;
                     }
                 }
+            }
+            Op::PollMany(step, max) => {
+                self.clock_ms = self.clock_ms.saturating_add_signed(*step);
+                self.poll_many(self.clock_ms, usize::from(*max));
             }
             Op::PollAtNextDue => {
                 if let Some(next_ms) = self.wheel.next_due() {

@@ -33,7 +33,21 @@ fn main() {
         let insert_ns = start.elapsed().as_nanos() as f64 / n as f64;
         let start = Instant::now();
         let mut fired = 0usize;
+        let many = std::env::var_os("WHEEL_PROBE_MANY").is_some();
+        let mut out = Vec::with_capacity(4096);
         for now in T0 + 1..=T0 + HOUR_MS + 1 {
+            if many {
+                loop {
+                    out.clear();
+                    let n = wheel.poll_many(now, 4096, &mut out);
+                    black_box(&out);
+                    fired += n;
+                    if n < 4096 {
+                        break;
+                    }
+                }
+                continue;
+            }
             while let Some(v) = wheel.poll(now) {
                 black_box(v);
                 fired += 1;

@@ -26,7 +26,7 @@ use crate::record::{
 };
 use crate::store::bucket::StoredJob;
 use crate::store::compact::FarJob;
-use crate::wheel::TimingWheel;
+use crate::wheel::{TimerKey, TimingWheel};
 
 /// Jobs the job table may move to give memory back, per job that leaves it
 /// (`State::give_back_memory`). Two: a table that shrank by a quarter has moved, by the time
@@ -58,6 +58,8 @@ pub(crate) struct State {
     pub due: TimingWheel<At>,
     /// Claim deadlines of `Ready` jobs and lease deadlines of `Running` ones.
     pub leases: TimingWheel<At>,
+    /// The timers one `fire_due` took out of `due` (kept to reuse its allocation).
+    fired: Vec<(TimerKey, u64, At)>,
     pub counters: Counters,
     /// The highest clock reading seen: time never goes backwards inside the engine.
     pub now_ms: u64,
@@ -179,6 +181,7 @@ impl State {
             jobs: JobMap::with_chunk_slots(chunk_slots),
             due: TimingWheel::new(now_ms),
             leases: TimingWheel::new(now_ms),
+            fired: Vec::new(),
             counters: Counters::default(),
             now_ms,
             sleeping_until_ms: u64::MAX,
@@ -1229,11 +1232,10 @@ impl State {
     fn fire_due(&mut self, now_us: u64, max: usize) -> usize {
         let now_ms = self.now_ms;
         let claim_by_ms = now_ms.saturating_add(self.lease_ms);
-        let mut fired = 0;
-        while fired < max {
-            let Some((fired_key, due_ms, at)) = self.due.poll(now_ms) else {
-                break;
-            };
+        let mut batch = std::mem::take(&mut self.fired);
+        batch.clear();
+        let fired = self.due.poll_many(now_ms, max, &mut batch);
+        for &(fired_key, due_ms, at) in &batch {
             assert!(due_ms <= now_ms, "the wheel never fires early");
             let key = self.leases.insert(claim_by_ms, at);
             let (id, job) = self.jobs.at(at);
@@ -1247,8 +1249,8 @@ impl State {
             self.lateness_us.saturating_record(late_us.max(1));
             self.counters.fired += 1;
             self.deliver(id);
-            fired += 1;
         }
+        self.fired = batch;
         fired
     }
 

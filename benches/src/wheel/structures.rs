@@ -23,6 +23,16 @@ pub trait Timers {
     fn cancel(&mut self, key: Self::Key) -> bool;
     /// Fires one timer due at `now_ms`, if any.
     fn poll(&mut self, now_ms: u64) -> Option<u64>;
+    /// Fires every timer due at `now_ms`; returns how many. Each structure's fastest way:
+    /// [`TimingWheel::poll_many`] for the wheel, `poll` until `None` for the others.
+    fn fire_due(&mut self, now_ms: u64) -> usize {
+        let mut fired = 0;
+        while let Some(v) = self.poll(now_ms) {
+            std::hint::black_box(v);
+            fired += 1;
+        }
+        fired
+    }
     /// Moves the virtual clock to `now_ms` (only `DelayQueue` has a clock of its own).
     fn tick(&mut self, now_ms: u64) -> impl Future<Output = ()>;
     /// Forgets the pauses recorded so far (only [`Timed`] records any).
@@ -45,6 +55,26 @@ impl Timers for TimingWheel<u64> {
     #[inline]
     fn poll(&mut self, now_ms: u64) -> Option<u64> {
         TimingWheel::poll(self, now_ms).map(|(_, _, v)| v)
+    }
+    fn fire_due(&mut self, now_ms: u64) -> usize {
+        /// Timers taken per `poll_many`.
+        const BATCH: usize = 1024;
+        thread_local! {
+            static OUT: std::cell::RefCell<Vec<(TimerKey, u64, u64)>> =
+                std::cell::RefCell::new(Vec::with_capacity(BATCH));
+        }
+        OUT.with_borrow_mut(|out| {
+            let mut fired = 0;
+            loop {
+                out.clear();
+                let n = self.poll_many(now_ms, BATCH, out);
+                std::hint::black_box(&*out);
+                fired += n;
+                if n < BATCH {
+                    return fired;
+                }
+            }
+        })
     }
     fn tick(&mut self, _: u64) -> impl Future<Output = ()> {
         std::future::ready(())
