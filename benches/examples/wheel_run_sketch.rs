@@ -13,6 +13,11 @@
 //! `(key, due, value)` handed out. It leaves out what the wheel also does (the rings beyond an
 //! hour, inserts into the current minute, cancels, sweeps, the pause bound on the sort): the
 //! figure is a floor for the design, to decide whether the rebuild is worth it.
+//!
+//! `SKETCH_KEYLESS=1` runs the same run and cursor with no slab (see `Keyless`): a key names
+//! its minute and its place among the minute's inserts, a cancel sets a bit in the minute's
+//! bitmap; with `SKETCH_W2=1` as well, nine timers in ten are cancelled before the drain (the
+//! harness's W2), and the cancel's cost is printed too.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -158,6 +163,169 @@ impl Sketch {
     }
 }
 
+/// The same run and cursor with no slab at all: a key names its timer's minute and its place
+/// among that minute's inserts (never reused: minutes are absolute), a cancel sets the place's
+/// bit in the minute's own bitmap, and the run carries each item's value and place. The fire
+/// reads the run in order and the minute's bitmap (a bit per insert of that minute) and
+/// nothing else; the sort drops what was cancelled before it.
+struct Keyless {
+    minutes: Vec<KeylessMinute>,
+    first_minute: u64,
+    run: Vec<KeylessItem>,
+    starts: Vec<u32>,
+    counts: Vec<u32>,
+    cursor: usize,
+    run_minute: Option<u64>,
+}
+
+#[derive(Default)]
+struct KeylessMinute {
+    items: Vec<KeylessItem>,
+    cancelled: Vec<u64>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct KeylessItem {
+    due_ms: u64,
+    value: u64,
+    place: u32,
+}
+
+impl Keyless {
+    fn new(start_ms: u64, span_ms: u64) -> Self {
+        let first_minute = start_ms / MINUTE_MS;
+        let minutes = ((start_ms + span_ms) / MINUTE_MS - first_minute + 2) as usize;
+        Self {
+            minutes: (0..minutes).map(|_| KeylessMinute::default()).collect(),
+            first_minute,
+            run: Vec::new(),
+            starts: vec![0; MINUTE_MS as usize + 1],
+            counts: vec![0; MINUTE_MS as usize],
+            cursor: 0,
+            run_minute: None,
+        }
+    }
+
+    fn insert(&mut self, due_ms: u64, value: u64) -> u64 {
+        let minute = due_ms / MINUTE_MS - self.first_minute;
+        let slot = &mut self.minutes[minute as usize];
+        let place = slot.items.len() as u32;
+        if place.is_multiple_of(64) {
+            slot.cancelled.push(0);
+        }
+        slot.items.push(KeylessItem {
+            due_ms,
+            value,
+            place,
+        });
+        (minute << 32) | u64::from(place)
+    }
+
+    fn cancel(&mut self, key: u64) -> bool {
+        let slot = &mut self.minutes[(key >> 32) as usize];
+        let place = key as u32 as usize;
+        let word = &mut slot.cancelled[place / 64];
+        let bit = 1u64 << (place % 64);
+        let live = *word & bit == 0;
+        *word |= bit;
+        live
+    }
+
+    fn open_minute(&mut self, minute: u64) {
+        let slot = &mut self.minutes[(minute - self.first_minute) as usize];
+        let items = std::mem::take(&mut slot.items);
+        let cancelled = &slot.cancelled;
+        let live = |item: &KeylessItem| {
+            cancelled[item.place as usize / 64] & (1 << (item.place % 64)) == 0
+        };
+        let base = minute * MINUTE_MS;
+        self.counts.fill(0);
+        for item in items.iter().filter(|i| live(i)) {
+            self.counts[(item.due_ms - base) as usize] += 1;
+        }
+        let mut at = 0u32;
+        for (ms, &count) in self.counts.iter().enumerate() {
+            self.starts[ms] = at;
+            at += count;
+        }
+        self.starts[MINUTE_MS as usize] = at;
+        self.run.clear();
+        self.run.resize(at as usize, KeylessItem::default());
+        for item in items.iter().filter(|i| live(i)) {
+            let ms = (item.due_ms - base) as usize;
+            let to = self.starts[ms] + self.counts[ms] - 1;
+            self.counts[ms] -= 1;
+            self.run[to as usize] = *item;
+        }
+        self.cursor = 0;
+        self.run_minute = Some(minute);
+    }
+
+    fn fire(&mut self, now_ms: u64, out: &mut Vec<(u64, u64, u64)>) -> usize {
+        let minute = now_ms / MINUTE_MS;
+        if self.run_minute != Some(minute) {
+            self.open_minute(minute);
+        }
+        let rel = minute - self.first_minute;
+        let cancelled = &self.minutes[rel as usize].cancelled;
+        let end = self.starts[(now_ms - minute * MINUTE_MS) as usize + 1] as usize;
+        let mut fired = 0;
+        for item in &self.run[self.cursor..end] {
+            // A cancel after the sort.
+            if cancelled[item.place as usize / 64] & (1 << (item.place % 64)) == 0 {
+                out.push(((rel << 32) | u64::from(item.place), item.due_ms, item.value));
+                fired += 1;
+            }
+        }
+        self.cursor = end;
+        fired
+    }
+}
+
+fn keyless(dues: &[u64], rounds: usize) {
+    let n = dues.len();
+    let cancel_most = std::env::var_os("SKETCH_W2").is_some();
+    for round in 1..=rounds {
+        let start = Instant::now();
+        let mut sketch = Keyless::new(T0, HOUR_MS + 1);
+        let keys: Vec<u64> = dues
+            .iter()
+            .enumerate()
+            .map(|(i, &due)| sketch.insert(due, i as u64))
+            .collect();
+        let insert_ns = start.elapsed().as_nanos() as f64 / n as f64;
+        let mut cancel_ns = 0.0;
+        let mut expected = n;
+        if cancel_most {
+            // W2: nine in ten cancelled, in insert order.
+            let start = Instant::now();
+            let mut cancelled = 0;
+            for (i, &key) in keys.iter().enumerate() {
+                if i % 10 != 0 {
+                    assert!(sketch.cancel(key));
+                    cancelled += 1;
+                }
+            }
+            cancel_ns = start.elapsed().as_nanos() as f64 / cancelled as f64;
+            expected -= cancelled;
+        }
+        let start = Instant::now();
+        let mut out = Vec::with_capacity(4096);
+        let mut fired = 0;
+        for now in T0 + 1..=T0 + HOUR_MS + 1 {
+            out.clear();
+            fired += sketch.fire(now, &mut out);
+            black_box(&out);
+        }
+        let fire_ns = start.elapsed().as_nanos() as f64 / fired as f64;
+        assert_eq!(fired, expected);
+        println!(
+            "round {round}: {n} timers, keyless: insert {insert_ns:.1} ns, cancel {cancel_ns:.1} \
+             ns, fire {fire_ns:.1} ns per timer fired"
+        );
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let n: usize = args
@@ -171,6 +339,10 @@ fn main() {
     if std::env::var_os("WHEEL_PROBE_MINUTES").is_some() {
         // Slab entries grouped by due minute, in no order within it (as `wheel_probe`).
         dues.sort_by_key(|&d| d / MINUTE_MS);
+    }
+    if std::env::var_os("SKETCH_KEYLESS").is_some() {
+        keyless(&dues, rounds);
+        return;
     }
     for round in 1..=rounds {
         let start = Instant::now();
