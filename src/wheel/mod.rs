@@ -164,7 +164,7 @@ impl TimerKey {
 pub struct WorkStats {
     /// Items moved from a coarser ring to a finer one (or dropped there as tombstones), in total.
     pub cascaded_total: u64,
-    /// The most items moved by a single `poll` call.
+    /// The most items moved by a single `poll` or `poll_many` call.
     pub cascaded_per_poll_max: u64,
     /// Items read by sweeps, in total.
     pub swept_total: u64,
@@ -483,7 +483,8 @@ impl<T: Copy> TimingWheel<T> {
 
     /// Fires up to `max` live items of ms slot `slot` (the slot of the wheel's time) into
     /// `out`, dropping the tombstones among them; returns how many fired. One loop over the
-    /// slot's blocks from their tail, each block's slab entries read side by side first.
+    /// slot's blocks from their tail, the slab entries of the items ahead read side by side
+    /// first (`touch_ahead`, which looks past this slot into the next ones).
     fn fire_many(&mut self, slot: usize, max: usize, out: &mut Vec<(TimerKey, u64, T)>) -> usize {
         let (mut fired, mut dropped) = (0, 0u64);
         while fired < max {
