@@ -44,6 +44,43 @@ struct Item {
     stamp: u32,
 }
 
+/// A minute's counting sort by due millisecond: `counts` and `starts` are the caller's, reused
+/// from minute to minute.
+struct Sort<'a> {
+    base: u64,
+    counts: &'a mut [u32],
+    starts: &'a mut [u32],
+}
+
+impl Sort<'_> {
+    /// Sorts `items` (each with its due time) into `run`; `starts[ms]` is where millisecond
+    /// `ms` of the minute begins in it.
+    fn run<I: Copy + Default>(
+        self,
+        items: impl Iterator<Item = (u64, I)> + Clone,
+        run: &mut Vec<I>,
+    ) {
+        self.counts.fill(0);
+        for (due_ms, _) in items.clone() {
+            self.counts[(due_ms - self.base) as usize] += 1;
+        }
+        let mut at = 0u32;
+        for (ms, &count) in self.counts.iter().enumerate() {
+            self.starts[ms] = at;
+            at += count;
+        }
+        self.starts[MINUTE_MS as usize] = at;
+        run.clear();
+        run.resize(at as usize, I::default());
+        for (due_ms, item) in items {
+            let ms = (due_ms - self.base) as usize;
+            let to = self.starts[ms] + self.counts[ms] - 1;
+            self.counts[ms] -= 1;
+            run[to as usize] = item;
+        }
+    }
+}
+
 struct Sketch {
     entries: Vec<Entry>,
     free: Vec<u32>,
@@ -108,25 +145,12 @@ impl Sketch {
     /// Sorts minute `minute`'s items into the run by due millisecond.
     fn open_minute(&mut self, minute: u64) {
         let items = std::mem::take(&mut self.minutes[(minute - self.first_minute) as usize]);
-        let base = minute * MINUTE_MS;
-        self.counts.fill(0);
-        for item in &items {
-            self.counts[(item.due_ms - base) as usize] += 1;
-        }
-        let mut at = 0u32;
-        for (ms, &count) in self.counts.iter().enumerate() {
-            self.starts[ms] = at;
-            at += count;
-        }
-        self.starts[MINUTE_MS as usize] = at;
-        self.run.clear();
-        self.run.resize(items.len(), Item::default());
-        for item in &items {
-            let ms = (item.due_ms - base) as usize;
-            let to = self.starts[ms] + self.counts[ms] - 1;
-            self.counts[ms] -= 1;
-            self.run[to as usize] = *item;
-        }
+        let sort = Sort {
+            base: minute * MINUTE_MS,
+            counts: &mut self.counts,
+            starts: &mut self.starts,
+        };
+        sort.run(items.iter().map(|i| (i.due_ms, *i)), &mut self.run);
         self.cursor = 0;
         self.run_minute = Some(minute);
     }
@@ -235,28 +259,18 @@ impl Keyless {
         let slot = &mut self.minutes[(minute - self.first_minute) as usize];
         let items = std::mem::take(&mut slot.items);
         let cancelled = &slot.cancelled;
-        let live = |item: &KeylessItem| {
+        let live = |item: &&KeylessItem| {
             cancelled[item.place as usize / 64] & (1 << (item.place % 64)) == 0
         };
-        let base = minute * MINUTE_MS;
-        self.counts.fill(0);
-        for item in items.iter().filter(|i| live(i)) {
-            self.counts[(item.due_ms - base) as usize] += 1;
-        }
-        let mut at = 0u32;
-        for (ms, &count) in self.counts.iter().enumerate() {
-            self.starts[ms] = at;
-            at += count;
-        }
-        self.starts[MINUTE_MS as usize] = at;
-        self.run.clear();
-        self.run.resize(at as usize, KeylessItem::default());
-        for item in items.iter().filter(|i| live(i)) {
-            let ms = (item.due_ms - base) as usize;
-            let to = self.starts[ms] + self.counts[ms] - 1;
-            self.counts[ms] -= 1;
-            self.run[to as usize] = *item;
-        }
+        let sort = Sort {
+            base: minute * MINUTE_MS,
+            counts: &mut self.counts,
+            starts: &mut self.starts,
+        };
+        sort.run(
+            items.iter().filter(live).map(|i| (i.due_ms, *i)),
+            &mut self.run,
+        );
         self.cursor = 0;
         self.run_minute = Some(minute);
     }
@@ -280,6 +294,22 @@ impl Keyless {
         self.cursor = end;
         fired
     }
+}
+
+/// W1's drain, 1 ms at a time over the hour: how many fired, and ns per timer fired.
+fn drain(mut fire: impl FnMut(u64, &mut Vec<(u64, u64, u64)>) -> usize) -> (usize, f64) {
+    let start = Instant::now();
+    let mut out = Vec::with_capacity(4096);
+    let mut fired = 0;
+    for now in T0 + 1..=T0 + HOUR_MS + 1 {
+        out.clear();
+        fired += fire(now, &mut out);
+        black_box(&out);
+    }
+    (
+        fired,
+        start.elapsed().as_nanos() as f64 / fired.max(1) as f64,
+    )
 }
 
 fn keyless(dues: &[u64], rounds: usize) {
@@ -309,15 +339,7 @@ fn keyless(dues: &[u64], rounds: usize) {
             cancel_ns = start.elapsed().as_nanos() as f64 / cancelled as f64;
             expected -= cancelled;
         }
-        let start = Instant::now();
-        let mut out = Vec::with_capacity(4096);
-        let mut fired = 0;
-        for now in T0 + 1..=T0 + HOUR_MS + 1 {
-            out.clear();
-            fired += sketch.fire(now, &mut out);
-            black_box(&out);
-        }
-        let fire_ns = start.elapsed().as_nanos() as f64 / fired as f64;
+        let (fired, fire_ns) = drain(|now, out| sketch.fire(now, out));
         assert_eq!(fired, expected);
         println!(
             "round {round}: {n} timers, keyless: insert {insert_ns:.1} ns, cancel {cancel_ns:.1} \
@@ -351,15 +373,7 @@ fn main() {
             sketch.insert(due, i as u64);
         }
         let insert_ns = start.elapsed().as_nanos() as f64 / n as f64;
-        let start = Instant::now();
-        let mut out = Vec::with_capacity(4096);
-        let mut fired = 0;
-        for now in T0 + 1..=T0 + HOUR_MS + 1 {
-            out.clear();
-            fired += sketch.fire(now, &mut out);
-            black_box(&out);
-        }
-        let fire_ns = start.elapsed().as_nanos() as f64 / fired as f64;
+        let (fired, fire_ns) = drain(|now, out| sketch.fire(now, out));
         assert_eq!(fired, n);
         black_box(sketch.sink);
         println!("round {round}: {n} timers, insert {insert_ns:.1} ns, fire {fire_ns:.1} ns");
