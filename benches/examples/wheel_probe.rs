@@ -7,28 +7,15 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use timewheel::wheel::TimingWheel;
-use timewheel_benches::wheel::dues;
+use timewheel_benches::wheel::probe_input;
 
 /// The wheel benchmark's start: not aligned to a second, minute or hour.
 const T0: u64 = 1_700_000_123_457;
 const HOUR_MS: u64 = 3_600_000;
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let n: usize = args
-        .first()
-        .map_or(10_000_000, |a| a.parse().expect("TIMERS"));
-    let rounds: usize = args.get(1).map_or(3, |a| a.parse().expect("ROUNDS"));
-    let mut dues = dues(n, HOUR_MS, 7);
-    if std::env::var_os("WHEEL_PROBE_SORTED").is_some() {
-        // Entries in fire order: what a fire costs without its random read of the slab.
-        dues.sort_unstable();
-    }
-    if std::env::var_os("WHEEL_PROBE_MINUTES").is_some() {
-        // Entries grouped by due minute, in no order within it: what a slab that placed a
-        // minute's timers near each other would give.
-        dues.sort_by_key(|&d| d / 60_000);
-    }
+    let (dues, rounds) = probe_input();
+    let n = dues.len();
     for round in 1..=rounds {
         let start = Instant::now();
         let mut wheel = TimingWheel::new(T0);

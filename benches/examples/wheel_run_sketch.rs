@@ -22,7 +22,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use timewheel_benches::wheel::dues;
+use timewheel_benches::wheel::probe_input;
 
 const T0: u64 = 1_700_000_123_457;
 const HOUR_MS: u64 = 3_600_000;
@@ -349,19 +349,8 @@ fn keyless(dues: &[u64], rounds: usize) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let n: usize = args
-        .first()
-        .map_or(10_000_000, |a| a.parse().expect("TIMERS"));
-    let rounds: usize = args.get(1).map_or(3, |a| a.parse().expect("ROUNDS"));
-    let mut dues = dues(n, HOUR_MS, 7);
-    if std::env::var_os("WHEEL_PROBE_SORTED").is_some() {
-        dues.sort_unstable();
-    }
-    if std::env::var_os("WHEEL_PROBE_MINUTES").is_some() {
-        // Slab entries grouped by due minute, in no order within it (as `wheel_probe`).
-        dues.sort_by_key(|&d| d / MINUTE_MS);
-    }
+    let (dues, rounds) = probe_input();
+    let n = dues.len();
     if std::env::var_os("SKETCH_KEYLESS").is_some() {
         keyless(&dues, rounds);
         return;

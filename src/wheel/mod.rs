@@ -497,13 +497,13 @@ impl<T: Copy> TimingWheel<T> {
             };
             let take = block.len().min(max - fired).min(self.touched as usize);
             let from = block.len() - take;
-            for item in block[from..].iter().rev() {
-                if self.slab.is_current(item.index, item.stamp) {
-                    let (value, generation) = self.slab.remove(item.index);
-                    out.push((key(item.index, generation), item.due_ms, value));
-                    fired += 1;
-                } else {
-                    dropped += 1;
+            for &item in block[from..].iter().rev() {
+                match take_fired(&mut self.slab, item) {
+                    Some(timer) => {
+                        out.push(timer);
+                        fired += 1;
+                    }
+                    None => dropped += 1,
                 }
             }
             self.touched -= take as u32;
@@ -835,9 +835,8 @@ impl<T: Copy> TimingWheel<T> {
             }
             let item = self.ms.pop(slot, &mut self.pool)?;
             self.touched = self.touched.saturating_sub(1);
-            if self.slab.is_current(item.index, item.stamp) {
-                let (value, generation) = self.slab.remove(item.index);
-                return Some((key(item.index, generation), item.due_ms, value));
+            if let Some(timer) = take_fired(&mut self.slab, item) {
+                return Some(timer);
             }
             self.tombstones -= 1;
             self.stats.tombstones_dropped += 1;
@@ -962,6 +961,16 @@ impl<T: Copy> TimingWheel<T> {
         self.sweep.active = false;
         self.sweep.trigger = self.tombstones + (self.slab.len() as u64).max(self.sweep.floor) / 2;
     }
+}
+
+/// The timer an item fires, its slab entry released; `None` for a tombstone.
+#[inline]
+fn take_fired<T: Copy>(slab: &mut Slab<T>, item: Item) -> Option<(TimerKey, u64, T)> {
+    if !slab.is_current(item.index, item.stamp) {
+        return None;
+    }
+    let (value, generation) = slab.remove(item.index);
+    Some((key(item.index, generation), item.due_ms, value))
 }
 
 /// What one sweep step did in one slot.

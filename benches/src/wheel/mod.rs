@@ -104,6 +104,27 @@ fn splitmix(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// What the W1 probes (`wheel_probe`, `wheel_run_sketch`) run: `[TIMERS] [ROUNDS]` from the
+/// command line (default 10,000,000 timers over an hour, 3 rounds), the dues as `dues` draws
+/// them, and the insert order the environment asks for: `WHEEL_PROBE_SORTED` in due order (the
+/// keys' entries in fire order: a fire without its random read), `WHEEL_PROBE_MINUTES` by due
+/// minute, in no order within it (what entries placed near their minute's would give).
+pub fn probe_input() -> (Vec<u64>, usize) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let n: usize = args
+        .first()
+        .map_or(10_000_000, |a| a.parse().expect("TIMERS"));
+    let rounds: usize = args.get(1).map_or(3, |a| a.parse().expect("ROUNDS"));
+    let mut dues = dues(n, 3_600_000, 7);
+    if std::env::var_os("WHEEL_PROBE_SORTED").is_some() {
+        dues.sort_unstable();
+    }
+    if std::env::var_os("WHEEL_PROBE_MINUTES").is_some() {
+        dues.sort_by_key(|&d| d / 60_000);
+    }
+    (dues, rounds)
+}
+
 /// `n` dues uniform over `span_ms` after the start, from `seed`.
 pub fn dues(n: usize, span_ms: u64, seed: u64) -> Vec<u64> {
     let mut state = seed;
