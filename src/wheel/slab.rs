@@ -9,15 +9,18 @@
 //! others are tombstones, dropped when the wheel next touches them. That is what makes cancel
 //! one write to one entry, and cascades sequential copies of items.
 //!
-//! Entries live in chunks of 65 536 (1 MiB with a `u64` value) rather than one `Vec`, so growing
-//! never copies the entries already there (no pause of a 160 MB `realloc` at 10M timers).
+//! Entries live in chunks of 131 072 (2 MiB with a `u64` value) rather than one `Vec`, so growing
+//! never copies the entries already there (no pause of a 160 MB `realloc` at 10M timers). The
+//! first chunk is a `Vec` that grows by doubling (a small wheel stays small); the others are
+//! [`HugeVec`]s, advised for huge pages: a fire reads entries at random, and on 4 KiB pages
+//! that is a TLB miss each at millions of timers (see `timewheel-mem`).
 //!
 //! [`Item`]: super::block::Item
 
 /// Entries the slab can hold.
 pub(crate) const ENTRIES_MAX: usize = 1 << 31;
 
-const CHUNK_BITS: u32 = 16;
+const CHUNK_BITS: u32 = 17;
 const CHUNK_LEN: usize = 1 << CHUNK_BITS;
 const CHUNK_MASK: u32 = (CHUNK_LEN - 1) as u32;
 
@@ -25,6 +28,7 @@ const _: () = assert!(ENTRIES_MAX.is_multiple_of(CHUNK_LEN));
 // The budget: a key with a `u64` value costs 16 bytes here, and its item 16 more in a slot.
 const _: () = assert!(size_of::<Entry<u64>>() == 16);
 
+#[derive(Clone, Copy)]
 struct Entry<T> {
     /// Odd while the key is live, even while the entry is free: bumped at insert and at
     /// removal, so keys of former occupants no longer match.
@@ -45,7 +49,10 @@ pub(crate) struct Taken {
 
 /// Chunked storage of the keys.
 pub(crate) struct Slab<T> {
-    chunks: Vec<Vec<Entry<T>>>,
+    /// Entries `0 .. CHUNK_LEN`.
+    first: Vec<Entry<T>>,
+    /// Chunk `i` holds entries `(i + 1) * CHUNK_LEN ..`; every one is allocated whole.
+    chunks: Vec<HugeVec<Entry<T>>>,
     /// Entries ever created (occupied or free); the next fresh index.
     created: u32,
     free: FreeList,
@@ -89,26 +96,22 @@ impl FreeList {
     }
 }
 
+use timewheel_mem::HugeVec;
+
 impl<T: Copy> Slab<T> {
     /// An empty slab with room for `capacity` keys before it allocates again.
     pub(crate) fn with_capacity(capacity: usize) -> Self {
         let mut slab = Self {
+            first: Vec::with_capacity(capacity.clamp(16, CHUNK_LEN)),
             chunks: Vec::new(),
             created: 0,
             free: FreeList::default(),
             len: 0,
         };
-        let capacity = capacity.min(ENTRIES_MAX);
-        let mut left = capacity;
+        let mut left = capacity.min(ENTRIES_MAX).saturating_sub(CHUNK_LEN);
         while left > 0 {
-            // Only the first chunk may be short, and it grows (up to a full chunk) when filled.
-            let n = if slab.chunks.is_empty() {
-                left.min(CHUNK_LEN)
-            } else {
-                CHUNK_LEN
-            };
-            slab.chunks.push(Vec::with_capacity(n));
-            left = left.saturating_sub(n);
+            slab.chunks.push(HugeVec::with_capacity(CHUNK_LEN));
+            left = left.saturating_sub(CHUNK_LEN);
         }
         slab
     }
@@ -120,22 +123,27 @@ impl<T: Copy> Slab<T> {
 
     /// Keys the slab holds without allocating.
     pub(crate) fn capacity(&self) -> usize {
+        // The first chunk is full before the second is used, and later ones are whole.
         match self.chunks.len() {
-            0 => 0,
-            // Chunk 0 is full before chunk 1 exists, and later chunks are allocated whole.
-            1 => self.chunks[0].capacity(),
-            n => n * CHUNK_LEN,
+            0 => self.first.capacity(),
+            n => (n + 1) * CHUNK_LEN,
         }
     }
 
     #[inline]
     fn entry(&self, index: u32) -> &Entry<T> {
-        &self.chunks[(index >> CHUNK_BITS) as usize][(index & CHUNK_MASK) as usize]
+        match (index >> CHUNK_BITS) as usize {
+            0 => &self.first[index as usize],
+            chunk => &self.chunks[chunk - 1][(index & CHUNK_MASK) as usize],
+        }
     }
 
     #[inline]
     fn entry_mut(&mut self, index: u32) -> &mut Entry<T> {
-        &mut self.chunks[(index >> CHUNK_BITS) as usize][(index & CHUNK_MASK) as usize]
+        match (index >> CHUNK_BITS) as usize {
+            0 => &mut self.first[index as usize],
+            chunk => &mut self.chunks[chunk - 1][(index & CHUNK_MASK) as usize],
+        }
     }
 
     /// Whether the key `(index, generation)` is live.
@@ -192,22 +200,27 @@ impl<T: Copy> Slab<T> {
             "timing wheel full: {ENTRIES_MAX} timers"
         );
         let index = self.created;
-        let chunk = (index >> CHUNK_BITS) as usize;
-        if chunk == self.chunks.len() {
-            self.chunks
-                .push(Vec::with_capacity(if chunk == 0 { 16 } else { CHUNK_LEN }));
-        }
-        let entries = &mut self.chunks[chunk];
-        if entries.len() == entries.capacity() {
-            // Only chunk 0 starts short; double it, but never past a full chunk.
-            let target = (entries.capacity() * 2).clamp(16, CHUNK_LEN);
-            entries.reserve_exact(target - entries.len());
-        }
-        entries.push(Entry {
+        let entry = Entry {
             generation: 1,
             stamp: 0,
             value,
-        });
+        };
+        match (index >> CHUNK_BITS) as usize {
+            0 => {
+                if self.first.len() == self.first.capacity() {
+                    // Double it, but never past a full chunk.
+                    let target = (self.first.capacity() * 2).clamp(16, CHUNK_LEN);
+                    self.first.reserve_exact(target - self.first.len());
+                }
+                self.first.push(entry);
+            }
+            chunk => {
+                if chunk > self.chunks.len() {
+                    self.chunks.push(HugeVec::with_capacity(CHUNK_LEN));
+                }
+                self.chunks[chunk - 1].push(entry);
+            }
+        }
         self.created += 1;
         Taken {
             index,
@@ -287,8 +300,8 @@ mod tests {
         for i in 0..(CHUNK_LEN as u64 + 10) {
             assert_eq!(slab.insert(i).index as u64, i);
         }
-        assert_eq!(slab.chunks[0].capacity(), CHUNK_LEN);
-        assert_eq!(slab.chunks.len(), 2);
+        assert_eq!(slab.first.capacity(), CHUNK_LEN);
+        assert_eq!(slab.chunks.len(), 1);
         assert_eq!(slab.value(CHUNK_LEN as u32 + 3), CHUNK_LEN as u64 + 3);
         assert!(slab.capacity() >= slab.len());
     }
@@ -316,7 +329,7 @@ mod tests {
     #[test]
     fn with_capacity_preallocates_whole_chunks() {
         let slab: Slab<u64> = Slab::with_capacity(3 * CHUNK_LEN + 1);
-        assert_eq!(slab.chunks.len(), 4);
+        assert_eq!(slab.chunks.len(), 3);
         assert_eq!(slab.capacity(), 4 * CHUNK_LEN);
     }
 }
