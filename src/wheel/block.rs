@@ -31,7 +31,7 @@ pub(crate) const POOL_BLOCKS_AFTER_SWEEP: usize = 256;
 const _: () = assert!(size_of::<Item>() == 16);
 
 /// One placement of a timer in a slot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Item {
     /// The due time the caller asked for (never clamped).
     pub(crate) due_ms: u64,

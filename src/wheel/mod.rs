@@ -43,6 +43,12 @@
 //! tight loop, so that their cache misses overlap; [`TimingWheel::poll_many`] takes a whole
 //! millisecond slot in one loop rather than one timer per call.
 //!
+//! A minute slot does not cascade into the second ring: while the wheel is in the minute
+//! before, its items are sorted by due millisecond into the minute's *run* (`run.rs`, a
+//! counting sort, each item moved once), and the fire takes each millisecond from the run's
+//! cursor and from the millisecond slot. The second and millisecond rings hold only the timers
+//! inserted (or moved) while their minute was the current or the next one.
+//!
 //! # Time
 //!
 //! The wheel has its own time, [`TimingWheel::now_ms`]: it starts at `new`'s `now_ms`, and
@@ -54,9 +60,10 @@
 //!
 //! # Pauses
 //!
-//! The current second and minute are always complete in the finer ring, so firing never has to
-//! wait for a cascade. The *next* second and minute are cascaded ahead of time, at most
-//! [`CASCADE_PER_POLL_MAX`] timers per `poll` that returns `None`. A caller that polls at least
+//! The current second is always complete in the millisecond ring, and the current minute in
+//! the run and the finer rings, so firing never has to wait for a cascade. The *next* second
+//! is cascaded and the next minute's run sorted ahead of time, at most [`CASCADE_PER_POLL_MAX`]
+//! timers per `poll` that returns `None`. A caller that polls at least
 //! every few milliseconds while timers are pending (as a timer thread does when timers are due
 //! every millisecond) therefore never meets a cascade at a boundary; one that slept through
 //! a whole minute pays, in the poll that crosses into it, for the timers of that minute that the
@@ -66,6 +73,7 @@
 
 mod block;
 mod level;
+mod run;
 mod slab;
 
 use std::collections::BTreeMap;
@@ -77,14 +85,16 @@ use level::{
     Level, MINUTE_SLOTS, MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND, MS_SLOTS, SECOND_SLOTS, Tier,
     level_for, ring_distance, slot_for,
 };
+use run::{Build, Run};
 use slab::Slab;
 
 pub use level::HORIZON_HOURS;
 
-/// Timers cascaded ahead of time by one `poll` that returns `None`.
+/// Timers cascaded ahead of time by one `poll` that returns `None` (or the same work in sorting
+/// the next minute's run: it reads each item twice, counting then placing it).
 ///
 /// At 10M timers spread over an hour, a minute holds about 170 000 timers and a second about
-/// 2 800, so one poll per millisecond moves the next minute within 0.2 s and the next second
+/// 2 800, so one poll per millisecond sorts the next minute within 0.4 s and the next second
 /// within 3 ms. A burst of 1M timers due in one millisecond is moved during the second before
 /// it. Each poll spends at most a few µs on it.
 pub const CASCADE_PER_POLL_MAX: usize = 1024;
@@ -200,6 +210,13 @@ impl Sweep {
     }
 }
 
+/// Where the next timers to fire are: a millisecond slot, or the minute's run.
+#[derive(Clone, Copy)]
+enum Source {
+    Ms(usize),
+    Run,
+}
+
 /// A hierarchical timing wheel holding values of type `T`, each due at a millisecond.
 ///
 /// See the [module documentation](self) for an example and the guarantees.
@@ -220,6 +237,10 @@ pub struct TimingWheel<T> {
     next_second_ms: u64,
     /// Whether the next second or minute may still hold items to cascade ahead of time.
     look_ahead_pending: bool,
+    /// The current minute's items that were in its minute slot, sorted by due (`run.rs`).
+    run: Run,
+    /// The next minute's run, being sorted ahead of time.
+    build: Build,
     /// Items in slots whose timer was cancelled or moved since.
     tombstones: u64,
     sweep: Sweep,
@@ -250,6 +271,8 @@ impl<T: Copy> TimingWheel<T> {
             bound_ms: u64::MAX,
             next_second_ms: next_second_ms(now_ms),
             look_ahead_pending: false,
+            run: Run::default(),
+            build: Build::new(),
             tombstones: 0,
             sweep: Sweep {
                 active: false,
@@ -365,8 +388,9 @@ impl<T: Copy> TimingWheel<T> {
 
     /// When the timer thread should wake up and poll: never later than the effective due time
     /// of the earliest pending timer, and exactly that time when the timer is due within the
-    /// wheel's current second (unless more than a few dozen cancelled timers lie before it,
-    /// which makes it earlier: polling there drops them). Otherwise it is the start of the
+    /// wheel's current second or was in its minute's slot when the minute began (unless more
+    /// than a few dozen cancelled timers lie before it, which makes it earlier: polling there
+    /// drops them). Otherwise it is the start of the
     /// second, minute or (beyond the horizon) minute of the earliest occupied coarser slot:
     /// polling there costs one extra wake-up per ring and moves `next_due` strictly forward.
     /// `None` when the wheel is empty.
@@ -399,10 +423,8 @@ impl<T: Copy> TimingWheel<T> {
             return None;
         }
         let next_second = slot_for(Tier::Second, self.now_ms.saturating_add(MS_PER_SECOND));
-        let next_minute = slot_for(Tier::Minute, self.now_ms.saturating_add(MS_PER_MINUTE));
         if self.look_ahead_pending
-            && !(self.seconds.is_empty_slot(next_second as usize)
-                && self.minutes.is_empty_slot(next_minute as usize))
+            && (!self.seconds.is_empty_slot(next_second as usize) || self.build_pending())
         {
             return Some(self.now_ms.saturating_add(1));
         }
@@ -471,10 +493,11 @@ impl<T: Copy> TimingWheel<T> {
         let before = self.stats.cascaded_total;
         let mut fired = 0;
         while fired < max {
-            let Some(slot) = self.due_slot(now_ms) else {
-                break;
+            fired += match self.due_source(now_ms) {
+                Some(Source::Ms(slot)) => self.fire_many(slot, max - fired, out),
+                Some(Source::Run) => self.fire_run_many(max - fired, out),
+                None => break,
             };
-            fired += self.fire_many(slot, max - fired, out);
         }
         let moved = self.stats.cascaded_total - before;
         self.stats.cascaded_per_poll_max = self.stats.cascaded_per_poll_max.max(moved);
@@ -519,27 +542,92 @@ impl<T: Copy> TimingWheel<T> {
         fired
     }
 
+    /// Fires up to `max` live items of the run due at the wheel's time into `out`, dropping
+    /// the tombstones among them; returns how many fired. The slab entries of the next
+    /// [`TOUCH_ITEMS`] items are read side by side before they fire, as `touch_ahead` does
+    /// for the millisecond ring.
+    fn fire_run_many(&mut self, max: usize, out: &mut Vec<(TimerKey, u64, T)>) -> usize {
+        let (mut fired, mut dropped) = (0, 0u64);
+        while fired < max {
+            let Some(item) = self.run_take() else {
+                break;
+            };
+            match take_fired(&mut self.slab, item) {
+                Some(timer) => {
+                    out.push(timer);
+                    fired += 1;
+                }
+                None => dropped += 1,
+            }
+        }
+        self.tombstones -= dropped;
+        self.stats.tombstones_dropped += dropped;
+        fired
+    }
+
+    /// Fires the run's next live item due at the wheel's time, dropping the tombstones before
+    /// it; `None` once no item is due there.
+    fn fire_run(&mut self) -> Option<(TimerKey, u64, T)> {
+        while let Some(item) = self.run_take() {
+            if let Some(timer) = take_fired(&mut self.slab, item) {
+                return Some(timer);
+            }
+            self.tombstones -= 1;
+            self.stats.tombstones_dropped += 1;
+        }
+        None
+    }
+
+    /// Takes the run's next item if it is due at the wheel's time, having read the slab
+    /// entries of the items ahead of it side by side when the last such read is used up.
+    #[inline]
+    fn run_take(&mut self) -> Option<Item> {
+        let run = &mut self.run;
+        let item = *run.rest().first()?;
+        if item.due_ms > self.now_ms {
+            return None;
+        }
+        if run.cursor >= run.touched_to {
+            run.touched_to = run.len.min(run.cursor + TOUCH_ITEMS as usize);
+            let mut sink = 0;
+            for ahead in &run.items[run.cursor..run.touched_to] {
+                sink ^= self.slab.stamp(ahead.index);
+            }
+            self.touch_sink ^= sink;
+        }
+        run.cursor += 1;
+        Some(item)
+    }
+
     fn poll_inner(&mut self, now_ms: u64) -> Option<(TimerKey, u64, T)> {
         loop {
-            let slot = self.due_slot(now_ms)?;
-            if let Some(fired) = self.fire(slot) {
-                return Some(fired);
+            let fired = match self.due_source(now_ms)? {
+                Source::Ms(slot) => self.fire(slot),
+                Source::Run => self.fire_run(),
+            };
+            if fired.is_some() {
+                return fired;
             }
-            // The slot held only tombstones.
+            // Only tombstones were due there.
         }
     }
 
-    /// Moves the wheel's time to the earliest occupied millisecond slot due at or before
-    /// `now_ms` and returns it (it may hold only tombstones); `None` when nothing is due at
-    /// `now_ms`, after using the call to move the wheel's time and to work ahead.
-    fn due_slot(&mut self, now_ms: u64) -> Option<usize> {
+    /// Moves the wheel's time to the earliest due time at or before `now_ms` that an
+    /// occupied millisecond slot or the run holds, and says which (the ms slot first; either
+    /// may hold only tombstones); `None` when nothing is due at `now_ms`, after using the call
+    /// to move the wheel's time and to work ahead.
+    fn due_source(&mut self, now_ms: u64) -> Option<Source> {
         if now_ms >= self.now_ms {
             // The ms slot of the wheel's time holds the timers effectively due at exactly that
-            // time, the earliest any pending timer can be: the calls after the first in one
-            // millisecond fire from it without looking for it again.
+            // time, the earliest any pending timer can be, and so does the run's next item if
+            // it is due then: the calls after the first in one millisecond fire from them
+            // without looking again.
             let slot = slot_for(Tier::Ms, self.now_ms) as usize;
             if !self.ms.is_empty_slot(slot) {
-                return Some(slot);
+                return Some(Source::Ms(slot));
+            }
+            if self.run.next_due() == Some(self.now_ms) {
+                return Some(Source::Run);
             }
         }
         if now_ms < self.bound_ms {
@@ -566,7 +654,12 @@ impl<T: Copy> TimingWheel<T> {
                     return None;
                 }
                 self.now_ms = due_ms;
-                return Some(slot_for(Tier::Ms, due_ms) as usize);
+                let slot = slot_for(Tier::Ms, due_ms) as usize;
+                return Some(if self.ms.is_empty_slot(slot) {
+                    Source::Run
+                } else {
+                    Source::Ms(slot)
+                });
             }
             // Nothing left in this second: everything pending is at or after `bound`, which is
             // in a later second.
@@ -597,18 +690,38 @@ impl<T: Copy> TimingWheel<T> {
         }
     }
 
-    /// The effective due time of the earliest occupied slot of the ms ring (exact, but the
-    /// slot may hold only tombstones).
+    /// The effective due time of the earliest occupied slot of the ms ring or of the run's
+    /// next item, whichever is earlier (exact, but it may be a tombstone's).
     #[inline]
     fn first_ms(&self) -> Option<u64> {
         let from = slot_for(Tier::Ms, self.now_ms) as usize;
-        let slot = self.ms.first_from(from)?;
-        Some(self.now_ms + ring_distance(from, slot, MS_SLOTS))
+        let ring = self
+            .ms
+            .first_from(from)
+            .map(|slot| self.now_ms + ring_distance(from, slot, MS_SLOTS));
+        match (ring, self.run.next_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// Like [`first_ms`](Self::first_ms), stepping over slots that hold only tombstones while
-    /// it has read fewer than [`PEEK_ITEMS_MAX`] items; `None` if the ring holds no live item.
+    /// Like [`first_ms`](Self::first_ms), stepping over tombstones while it has read fewer
+    /// than [`PEEK_ITEMS_MAX`] items in each of the ring and the run; `None` if neither holds
+    /// a live item.
     fn first_live_ms(&self) -> Option<u64> {
+        // The run is sorted: the item where the budget ran out bounds the live ones after it.
+        let run = self.run.rest().iter().enumerate().find_map(|(read, item)| {
+            (self.slab.is_current(item.index, item.stamp) || read + 1 == PEEK_ITEMS_MAX)
+                .then_some(item.due_ms)
+        });
+        match (self.first_live_in_ring(), run) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// [`first_live_ms`](Self::first_live_ms) in the ms ring alone.
+    fn first_live_in_ring(&self) -> Option<u64> {
         let from = slot_for(Tier::Ms, self.now_ms) as usize;
         let mut budget = PEEK_ITEMS_MAX;
         let mut distance = 0;
@@ -658,6 +771,9 @@ impl<T: Copy> TimingWheel<T> {
         if let Some((&minute, _)) = self.overflow.first_key_value() {
             lower(minute * MS_PER_MINUTE);
         }
+        if let Some(minute) = self.build.minute() {
+            lower(minute * MS_PER_MINUTE);
+        }
         bound
     }
 
@@ -670,8 +786,7 @@ impl<T: Copy> TimingWheel<T> {
         let (new_second, new_minute) = (to_ms / MS_PER_SECOND, to_ms / MS_PER_MINUTE);
         if new_minute != minute {
             self.pull_overflow(new_minute);
-            let slot = slot_for(Tier::Minute, to_ms) as usize;
-            self.cascade(Tier::Minute, slot, usize::MAX);
+            self.enter_minute(new_minute);
         }
         if new_second != second {
             self.next_second_ms = next_second_ms(to_ms);
@@ -679,49 +794,96 @@ impl<T: Copy> TimingWheel<T> {
             // never go to the look-ahead slots, which are cascaded into finer rings.
             self.look_ahead_pending = true;
             let slot = slot_for(Tier::Second, to_ms) as usize;
-            self.cascade(Tier::Second, slot, usize::MAX);
+            self.cascade(slot, usize::MAX);
+        }
+    }
+
+    /// The wheel's time entered minute `minute` (the run of the minute before is fired):
+    /// its run becomes the one to fire, sorted now as far as the look-ahead did not.
+    fn enter_minute(&mut self, minute: u64) {
+        if self.build.minute() != Some(minute) {
+            assert_eq!(
+                self.build.minute(),
+                None,
+                "the wheel entered minute {minute} past a sorted one"
+            );
+            let slot = (minute % MINUTE_SLOTS as u64) as usize;
+            if self.minutes.is_empty_slot(slot) {
+                return;
+            }
+            let started = self
+                .build
+                .start(minute, self.minutes.take(slot), &mut self.pool);
+            self.stats.cascaded_total += started.moved as u64;
+        }
+        let stepped = self.build.step(usize::MAX, &mut self.pool);
+        self.stats.cascaded_total += stepped.moved as u64;
+        self.build.finish_into(&mut self.run);
+    }
+
+    /// The next minute (unless it is past the end of time), whose run the look-ahead sorts.
+    fn next_minute(&self) -> Option<u64> {
+        let minute = self.now_ms / MS_PER_MINUTE + 1;
+        (minute <= u64::MAX / MS_PER_MINUTE).then_some(minute)
+    }
+
+    /// Whether the look-ahead has a run to start or to sort on.
+    fn build_pending(&self) -> bool {
+        match self.build.minute() {
+            Some(_) => self.build.is_busy(),
+            None => self.next_minute().is_some_and(|minute| {
+                !self
+                    .minutes
+                    .is_empty_slot((minute % MINUTE_SLOTS as u64) as usize)
+            }),
         }
     }
 
     /// Cascades part of the next second (second ring to ms ring) and, with what is left of the
-    /// budget, of the next minute (minute ring to second ring), so that the boundary finds
-    /// them done.
+    /// budget, sorts on the next minute's run, so that the boundary finds them done.
     #[inline]
     fn look_ahead(&mut self) {
         if !self.look_ahead_pending {
             return;
         }
         let next_second = slot_for(Tier::Second, self.now_ms.saturating_add(MS_PER_SECOND));
-        let next_minute = slot_for(Tier::Minute, self.now_ms.saturating_add(MS_PER_MINUTE));
-        if self.seconds.is_empty_slot(next_second as usize)
-            && self.minutes.is_empty_slot(next_minute as usize)
-        {
+        if self.seconds.is_empty_slot(next_second as usize) && !self.build_pending() {
             self.look_ahead_pending = false;
             return;
         }
-        let moved = self.cascade(Tier::Second, next_second as usize, CASCADE_PER_POLL_MAX);
-        self.cascade(
-            Tier::Minute,
-            next_minute as usize,
-            CASCADE_PER_POLL_MAX - moved,
-        );
+        let mut spent = self.cascade(next_second as usize, CASCADE_PER_POLL_MAX);
+        if spent < CASCADE_PER_POLL_MAX && self.build.minute().is_none() {
+            let Some(minute) = self.next_minute() else {
+                return;
+            };
+            let slot = (minute % MINUTE_SLOTS as u64) as usize;
+            if self.minutes.is_empty_slot(slot) {
+                return;
+            }
+            let started = self
+                .build
+                .start(minute, self.minutes.take(slot), &mut self.pool);
+            self.stats.cascaded_total += started.moved as u64;
+            spent += started.spent;
+        }
+        if spent < CASCADE_PER_POLL_MAX {
+            let stepped = self
+                .build
+                .step(CASCADE_PER_POLL_MAX - spent, &mut self.pool);
+            self.stats.cascaded_total += stepped.moved as u64;
+        }
     }
 
-    /// Moves up to `budget` items out of ring slot `slot` of `tier` into the ring their due
-    /// time now belongs to (always a finer one); returns how many it moved.
+    /// Moves up to `budget` items out of second slot `slot` into the ring their due time now
+    /// belongs to (the millisecond ring, but at the end of time); returns how many it moved.
     ///
     /// A sequential copy: tombstones move along unread (reading their slab entries here would
     /// cost a cache miss each, long before the fire that must read them anyway).
-    fn cascade(&mut self, tier: Tier, slot: usize, budget: usize) -> usize {
-        let ring = match tier {
-            Tier::Second => &mut self.seconds,
-            Tier::Minute => &mut self.minutes,
-            Tier::Ms | Tier::Overflow => unreachable!("only the second and minute rings cascade"),
-        };
-        if budget == 0 || ring.is_empty_slot(slot) {
+    fn cascade(&mut self, slot: usize, budget: usize) -> usize {
+        if budget == 0 || self.seconds.is_empty_slot(slot) {
             return 0;
         }
-        let mut contents = ring.take(slot);
+        let mut contents = self.seconds.take(slot);
         let mut moved = 0;
         while moved < budget {
             let Some(mut block) = contents.blocks.pop() else {
@@ -738,10 +900,7 @@ impl<T: Copy> TimingWheel<T> {
             }
         }
         if !contents.is_empty() {
-            match tier {
-                Tier::Second => self.seconds.put(slot, contents),
-                _ => self.minutes.put(slot, contents),
-            }
+            self.seconds.put(slot, contents);
         }
         self.stats.cascaded_total += moved as u64;
         moved

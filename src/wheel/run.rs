@@ -1,0 +1,385 @@
+//! The minute run: the timers a minute slot held when that minute became the next one, sorted
+//! by due millisecond, fired by a cursor.
+//!
+//! A minute slot used to cascade into the second ring, and each second slot into the
+//! millisecond ring: every timer moved twice, to slots scattered over two rings, and the fire
+//! walked the millisecond slots' block lists. A run moves each timer once, by a counting sort
+//! on its millisecond within the minute (60 000 counters: count, sum, place, clear), and the
+//! fire reads it front to back, so the items to fire next are always the ones after the cursor
+//! (the slab entries ahead are read side by side from there, see `mod.rs`).
+//!
+//! The sort is built in steps ([`Build::step`], a budget of work units per idle poll, as the
+//! cascades are), while the wheel is in the minute before; the poll that enters the minute
+//! finishes what the steps did not. Timers inserted while the minute is the current or the next
+//! one never enter its run: they go to the second and millisecond rings, and the fire takes
+//! each millisecond from both.
+
+use super::block::{Item, Pool, Slot};
+use super::level::MS_PER_MINUTE;
+
+/// Milliseconds in a minute: one counter each.
+const COUNTERS: usize = MS_PER_MINUTE as usize;
+/// Counters one unit of budget pays for when summing or clearing them: each is a few cycles,
+/// against a cache miss or two for an item moved.
+const CHEAP_PER_UNIT: usize = 16;
+/// Items of the output one unit of budget pays for when growing it: as many as an item moved,
+/// since writing fresh memory takes a page fault every 256 items, a few µs each in a VM.
+const GROW_PER_UNIT: usize = 1;
+/// A minute with at most this many items is sorted by comparison in one step (the counters'
+/// sum and clear would cost more than its sort).
+const SMALL_RUN: usize = 256;
+
+/// The run being fired: `items[cursor..len]` are the minute's items not yet taken.
+#[derive(Default)]
+pub(crate) struct Run {
+    /// Only the first `len` are the run; the rest is room kept from a bigger minute.
+    pub(crate) items: Vec<Item>,
+    pub(crate) len: usize,
+    pub(crate) cursor: usize,
+    /// Items before this were read ahead (their slab entries), see `mod.rs`.
+    pub(crate) touched_to: usize,
+}
+
+impl Run {
+    /// The due time of the next item to take (it may be a tombstone).
+    #[inline]
+    pub(crate) fn next_due(&self) -> Option<u64> {
+        (self.cursor < self.len).then(|| self.items[self.cursor].due_ms)
+    }
+
+    /// The items not yet taken.
+    #[inline]
+    pub(crate) fn rest(&self) -> &[Item] {
+        &self.items[self.cursor..self.len]
+    }
+
+    pub(crate) fn is_exhausted(&self) -> bool {
+        self.cursor == self.len
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// No minute taken.
+    Idle,
+    /// Counting the items of each millisecond.
+    Count,
+    /// Making room for the items in the output.
+    Grow,
+    /// Turning the counts into the first place of each millisecond.
+    Sum,
+    /// Moving each item to its place.
+    Place,
+    /// Zeroing the counters for the next minute.
+    Clear,
+    /// Sorted, waiting for its minute.
+    Done,
+}
+
+/// A minute's run being sorted.
+pub(crate) struct Build {
+    phase: Phase,
+    /// The absolute minute (`ms / 60 000`) being built.
+    minute: u64,
+    /// The minute slot's contents, taken out of the ring.
+    source: Slot,
+    /// Where the phase stands: a block of `source` and an item in it, or a counter (or an
+    /// item of `out` while growing).
+    block: usize,
+    at: usize,
+    /// The items in `source` (known once counted).
+    total: usize,
+    /// The running sum while summing.
+    sum: u32,
+    counts: Vec<u32>,
+    /// The sorted items, `out[..total]`; what lies beyond is room from a bigger minute.
+    out: Vec<Item>,
+}
+
+/// What a step did: units of budget spent, and items moved (what the wheel counts as
+/// cascaded).
+pub(crate) struct Stepped {
+    pub(crate) spent: usize,
+    pub(crate) moved: usize,
+}
+
+impl Build {
+    pub(crate) fn new() -> Self {
+        Self {
+            phase: Phase::Idle,
+            minute: 0,
+            source: Slot::default(),
+            block: 0,
+            at: 0,
+            total: 0,
+            sum: 0,
+            counts: Vec::new(),
+            out: Vec::new(),
+        }
+    }
+
+    /// The minute taken, unless idle.
+    pub(crate) fn minute(&self) -> Option<u64> {
+        (self.phase != Phase::Idle).then_some(self.minute)
+    }
+
+    /// Whether a minute is taken and not sorted yet.
+    pub(crate) fn is_busy(&self) -> bool {
+        !matches!(self.phase, Phase::Idle | Phase::Done)
+    }
+
+    /// Takes minute `minute`'s slot contents to sort (the build is idle). A small minute is
+    /// sorted here and now.
+    pub(crate) fn start(&mut self, minute: u64, source: Slot, pool: &mut Pool) -> Stepped {
+        assert_eq!(self.phase, Phase::Idle, "one minute is built at a time");
+        self.minute = minute;
+        self.source = source;
+        self.total = self.source.blocks.iter().map(Vec::len).sum();
+        if self.total > SMALL_RUN {
+            self.seek(Phase::Count);
+            return Stepped { spent: 1, moved: 0 };
+        }
+        let mut small = std::mem::take(&mut self.out);
+        small.clear();
+        for block in self.source.blocks.drain(..) {
+            small.extend_from_slice(&block);
+            pool.put(block);
+        }
+        small.sort_unstable_by_key(|item| item.due_ms);
+        self.out = small;
+        self.phase = Phase::Done;
+        Stepped {
+            spent: self.total.max(1),
+            moved: self.total,
+        }
+    }
+
+    fn seek(&mut self, phase: Phase) {
+        self.phase = phase;
+        self.block = 0;
+        self.at = 0;
+    }
+
+    /// The counter of an item's millisecond within the minute.
+    #[inline]
+    fn counter(&self, item: &Item) -> usize {
+        let offset = item.due_ms - self.minute * MS_PER_MINUTE;
+        assert!(
+            offset < MS_PER_MINUTE,
+            "item due at {} in the slot of minute {}",
+            item.due_ms,
+            self.minute
+        );
+        offset as usize
+    }
+
+    /// Sorts on for about `budget` units; stops early once done.
+    pub(crate) fn step(&mut self, budget: usize, pool: &mut Pool) -> Stepped {
+        let mut stepped = Stepped { spent: 0, moved: 0 };
+        while stepped.spent < budget && self.is_busy() {
+            let left = budget - stepped.spent;
+            match self.phase {
+                Phase::Count => {
+                    if self.counts.is_empty() {
+                        self.counts = vec![0; COUNTERS];
+                    }
+                    let Some(block) = self.source.blocks.get(self.block) else {
+                        self.seek(Phase::Grow);
+                        continue;
+                    };
+                    let end = block.len().min(self.at.saturating_add(left));
+                    for item in &block[self.at..end] {
+                        let counter = self.counter(item);
+                        self.counts[counter] += 1;
+                    }
+                    stepped.spent += end - self.at;
+                    self.at = end;
+                    if self.at == block.len() {
+                        self.block += 1;
+                        self.at = 0;
+                    }
+                }
+                Phase::Grow => {
+                    let room = self.out.len();
+                    if room >= self.total {
+                        self.sum = 0;
+                        self.seek(Phase::Sum);
+                        continue;
+                    }
+                    if self.out.capacity() < self.total {
+                        // A fresh allocation, not a `reserve`: what the old one holds is of no
+                        // use, and a reallocation would copy it all in one step.
+                        // A quarter more, so that the next minutes, about as big, fit.
+                        self.out = Vec::with_capacity(self.total + self.total / 4);
+                        continue;
+                    }
+                    // Fresh pages: a page fault every 256 items.
+                    let grow = (self.total - room).min(left.saturating_mul(GROW_PER_UNIT));
+                    self.out.resize(room + grow, Item::default());
+                    stepped.spent += grow.div_ceil(GROW_PER_UNIT);
+                }
+                Phase::Sum => {
+                    let end =
+                        COUNTERS.min(self.at.saturating_add(left.saturating_mul(CHEAP_PER_UNIT)));
+                    for count in &mut self.counts[self.at..end] {
+                        let first = self.sum;
+                        self.sum += *count;
+                        *count = first;
+                    }
+                    stepped.spent += (end - self.at).div_ceil(CHEAP_PER_UNIT);
+                    self.at = end;
+                    if self.at == COUNTERS {
+                        self.seek(Phase::Place);
+                    }
+                }
+                Phase::Place => {
+                    if self.block == self.source.blocks.len() {
+                        self.source.blocks.clear();
+                        self.seek(Phase::Clear);
+                        continue;
+                    }
+                    let block = std::mem::take(&mut self.source.blocks[self.block]);
+                    let end = block.len().min(self.at.saturating_add(left));
+                    for &item in &block[self.at..end] {
+                        let counter = self.counter(&item);
+                        let place = &mut self.counts[counter];
+                        self.out[*place as usize] = item;
+                        *place += 1;
+                    }
+                    stepped.spent += end - self.at;
+                    stepped.moved += end - self.at;
+                    self.at = end;
+                    if self.at == block.len() {
+                        pool.put(block);
+                        self.block += 1;
+                        self.at = 0;
+                    } else {
+                        self.source.blocks[self.block] = block;
+                    }
+                }
+                Phase::Clear => {
+                    let end =
+                        COUNTERS.min(self.at.saturating_add(left.saturating_mul(CHEAP_PER_UNIT)));
+                    self.counts[self.at..end].fill(0);
+                    stepped.spent += (end - self.at).div_ceil(CHEAP_PER_UNIT);
+                    self.at = end;
+                    if self.at == COUNTERS {
+                        self.phase = Phase::Done;
+                    }
+                }
+                Phase::Idle | Phase::Done => unreachable!("a busy build"),
+            }
+        }
+        stepped
+    }
+
+    /// Hands the sorted minute to `run` (whose items are all taken) and takes its storage
+    /// back for the next minute. A run much smaller than the room kept gives most of it back.
+    pub(crate) fn finish_into(&mut self, run: &mut Run) {
+        assert_eq!(self.phase, Phase::Done, "the minute is sorted");
+        assert!(run.is_exhausted(), "the last minute's run is fired");
+        std::mem::swap(&mut run.items, &mut self.out);
+        if self.out.len() > 4 * self.total.max(SMALL_RUN) {
+            // The last minute's storage, come back: keep room for twice this one.
+            self.out.truncate(2 * self.total);
+            self.out.shrink_to_fit();
+        }
+        run.len = self.total;
+        run.cursor = 0;
+        run.touched_to = 0;
+        self.phase = Phase::Idle;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot_of(dues: &[u64]) -> (Slot, Pool) {
+        let mut pool = Pool::default();
+        let mut slot = Slot::default();
+        for (i, &due_ms) in dues.iter().enumerate() {
+            let item = Item {
+                due_ms,
+                index: i as u32,
+                stamp: 0,
+            };
+            slot.push(item, &mut pool, false);
+        }
+        (slot, pool)
+    }
+
+    fn sorted_by_steps(minute: u64, dues: &[u64], budget: usize) -> (Vec<u64>, usize) {
+        let (slot, mut pool) = slot_of(dues);
+        let mut build = Build::new();
+        let mut steps = 1;
+        let mut moved = build.start(minute, slot, &mut pool).moved;
+        while build.is_busy() {
+            let stepped = build.step(budget, &mut pool);
+            assert!(
+                stepped.spent <= budget.saturating_add(CHEAP_PER_UNIT),
+                "a step keeps its budget"
+            );
+            moved += stepped.moved;
+            steps += 1;
+        }
+        let mut run = Run::default();
+        build.finish_into(&mut run);
+        assert_eq!(moved, dues.len(), "each item moved once");
+        (run.rest().iter().map(|i| i.due_ms).collect(), steps)
+    }
+
+    #[test]
+    fn a_minute_comes_out_sorted_by_due_whatever_the_budget() {
+        let minute = 28_333_335;
+        let start = minute * MS_PER_MINUTE;
+        let mut state = 9u64;
+        let dues: Vec<u64> = (0..5_000)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1);
+                start + (state >> 33) % MS_PER_MINUTE
+            })
+            .collect();
+        let mut expected = dues.clone();
+        expected.sort_unstable();
+        for budget in [1, 7, 1024, usize::MAX] {
+            let (sorted, steps) = sorted_by_steps(minute, &dues, budget);
+            assert_eq!(sorted, expected, "budget {budget}");
+            if budget == 1024 {
+                assert!(steps > 10, "a big minute takes several steps: {steps}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_small_minute_is_sorted_at_once_and_an_empty_one_is_empty() {
+        let start = 60 * MS_PER_MINUTE;
+        let (sorted, steps) = sorted_by_steps(60, &[start + 5, start, start + 59_999], 1024);
+        assert_eq!(sorted, [start, start + 5, start + 59_999]);
+        assert_eq!(steps, 1);
+        assert_eq!(sorted_by_steps(60, &[], 1024).0, Vec::<u64>::new());
+    }
+
+    #[test]
+    fn the_room_of_a_burst_is_given_back_by_a_quiet_minute() {
+        let mut pool = Pool::default();
+        let mut build = Build::new();
+        let mut run = Run::default();
+        for (minute, n) in [(1u64, 100_000usize), (2, 1_000)] {
+            let (slot, _) = slot_of(&vec![minute * MS_PER_MINUTE + 7; n]);
+            build.start(minute, slot, &mut pool);
+            build.step(usize::MAX, &mut pool);
+            run.cursor = run.len;
+            build.finish_into(&mut run);
+            assert_eq!(run.rest().len(), n);
+        }
+        assert!(
+            run.items.capacity() + build.out.capacity() < 100_000 + 10_000,
+            "{} + {}",
+            run.items.capacity(),
+            build.out.capacity()
+        );
+    }
+}
