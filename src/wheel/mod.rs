@@ -807,18 +807,27 @@ impl<T: Copy> TimingWheel<T> {
                 None,
                 "the wheel entered minute {minute} past a sorted one"
             );
-            let slot = (minute % MINUTE_SLOTS as u64) as usize;
-            if self.minutes.is_empty_slot(slot) {
+            if self.start_build(minute).is_none() {
                 return;
             }
-            let started = self
-                .build
-                .start(minute, self.minutes.take(slot), &mut self.pool);
-            self.stats.cascaded_total += started.moved as u64;
         }
         let stepped = self.build.step(usize::MAX, &mut self.pool);
         self.stats.cascaded_total += stepped.moved as u64;
         self.build.finish_into(&mut self.run);
+    }
+
+    /// Takes minute `minute`'s slot out of the minute ring into the (idle) build; returns the
+    /// budget units it spent, `None` if the slot is empty.
+    fn start_build(&mut self, minute: u64) -> Option<usize> {
+        let slot = (minute % MINUTE_SLOTS as u64) as usize;
+        if self.minutes.is_empty_slot(slot) {
+            return None;
+        }
+        let started = self
+            .build
+            .start(minute, self.minutes.take(slot), &mut self.pool);
+        self.stats.cascaded_total += started.moved as u64;
+        Some(started.spent)
     }
 
     /// The next minute (unless it is past the end of time), whose run the look-ahead sorts.
@@ -853,18 +862,13 @@ impl<T: Copy> TimingWheel<T> {
         }
         let mut spent = self.cascade(next_second as usize, CASCADE_PER_POLL_MAX);
         if spent < CASCADE_PER_POLL_MAX && self.build.minute().is_none() {
-            let Some(minute) = self.next_minute() else {
-                return;
-            };
-            let slot = (minute % MINUTE_SLOTS as u64) as usize;
-            if self.minutes.is_empty_slot(slot) {
-                return;
+            match self
+                .next_minute()
+                .and_then(|minute| self.start_build(minute))
+            {
+                Some(started) => spent += started,
+                None => return,
             }
-            let started = self
-                .build
-                .start(minute, self.minutes.take(slot), &mut self.pool);
-            self.stats.cascaded_total += started.moved as u64;
-            spent += started.spent;
         }
         if spent < CASCADE_PER_POLL_MAX {
             let stepped = self
