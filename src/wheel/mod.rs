@@ -548,16 +548,30 @@ impl<T: Copy> TimingWheel<T> {
     /// for the millisecond ring.
     fn fire_run_many(&mut self, max: usize, out: &mut Vec<(TimerKey, u64, T)>) -> usize {
         let (mut fired, mut dropped) = (0, 0u64);
+        let now_ms = self.now_ms;
         while fired < max {
-            let Some(item) = self.run_take() else {
-                break;
-            };
-            match take_fired(&mut self.slab, item) {
-                Some(timer) => {
-                    out.push(timer);
-                    fired += 1;
+            let (window, fresh) = self.run.window(TOUCH_ITEMS as usize);
+            if fresh {
+                self.touch_sink ^= read_entries(&self.slab, window);
+            }
+            let mut taken = 0;
+            for &item in window {
+                if item.due_ms > now_ms || fired == max {
+                    break;
                 }
-                None => dropped += 1,
+                taken += 1;
+                match take_fired(&mut self.slab, item) {
+                    Some(timer) => {
+                        out.push(timer);
+                        fired += 1;
+                    }
+                    None => dropped += 1,
+                }
+            }
+            let whole = taken > 0 && taken == window.len();
+            self.run.skip(taken);
+            if !whole {
+                break;
             }
         }
         self.tombstones -= dropped;
@@ -582,20 +596,15 @@ impl<T: Copy> TimingWheel<T> {
     /// entries of the items ahead of it side by side when the last such read is used up.
     #[inline]
     fn run_take(&mut self) -> Option<Item> {
-        let run = &mut self.run;
-        let item = *run.rest().first()?;
+        let item = self.run.peek()?;
         if item.due_ms > self.now_ms {
             return None;
         }
-        if run.cursor >= run.touched_to {
-            run.touched_to = run.len.min(run.cursor + TOUCH_ITEMS as usize);
-            let mut sink = 0;
-            for ahead in &run.items[run.cursor..run.touched_to] {
-                sink ^= self.slab.stamp(ahead.index);
-            }
-            self.touch_sink ^= sink;
+        let (window, fresh) = self.run.window(TOUCH_ITEMS as usize);
+        if fresh {
+            self.touch_sink ^= read_entries(&self.slab, window);
         }
-        run.cursor += 1;
+        self.run.skip(1);
         Some(item)
     }
 
@@ -710,7 +719,7 @@ impl<T: Copy> TimingWheel<T> {
     /// a live item.
     fn first_live_ms(&self) -> Option<u64> {
         // The run is sorted: the item where the budget ran out bounds the live ones after it.
-        let run = self.run.rest().iter().enumerate().find_map(|(read, item)| {
+        let run = self.run.rest().enumerate().find_map(|(read, item)| {
             (self.slab.is_current(item.index, item.stamp) || read + 1 == PEEK_ITEMS_MAX)
                 .then_some(item.due_ms)
         });
@@ -1124,6 +1133,15 @@ impl<T: Copy> TimingWheel<T> {
         self.sweep.active = false;
         self.sweep.trigger = self.tombstones + (self.slab.len() as u64).max(self.sweep.floor) / 2;
     }
+}
+
+/// Reads the slab entries of `items` in one tight loop, so that their cache misses overlap;
+/// returns what the caller stores so that the reads are not optimised away.
+#[inline]
+fn read_entries<T: Copy>(slab: &Slab<T>, items: &[Item]) -> u32 {
+    items
+        .iter()
+        .fold(0, |sink, item| sink ^ slab.stamp(item.index))
 }
 
 /// The timer an item fires, its slab entry released; `None` for a tombstone.

@@ -28,29 +28,121 @@ const GROW_PER_UNIT: usize = 1;
 /// A minute with at most this many items is sorted by comparison in one step (the counters'
 /// sum and clear would cost more than its sort).
 const SMALL_RUN: usize = 256;
+/// Items per chunk of a run's storage (1 MiB): a burst's storage goes back to the allocator a
+/// chunk per step, not in one call (freeing 20 MB of touched pages at once takes 0.4-0.6 ms
+/// here, a pause the look-ahead's budget is there to prevent).
+const CHUNK_BITS: u32 = 16;
+const CHUNK: usize = 1 << CHUNK_BITS;
+/// Budget units a chunk given back costs (its 256 pages freed).
+const UNITS_PER_CHUNK_FREED: usize = 256;
 
-/// The run being fired: `items[cursor..len]` are the minute's items not yet taken.
+/// A run's storage: chunks of [`CHUNK`] items, every one full but the last.
+#[derive(Default)]
+pub(crate) struct Items {
+    chunks: Vec<Vec<Item>>,
+}
+
+impl Items {
+    /// Items held (initialised; a run uses the first `len` of them).
+    fn len(&self) -> usize {
+        self.chunks
+            .last()
+            .map_or(0, |last| (self.chunks.len() - 1) * CHUNK + last.len())
+    }
+
+    #[inline]
+    fn get(&self, at: usize) -> Item {
+        self.chunks[at >> CHUNK_BITS][at & (CHUNK - 1)]
+    }
+
+    #[inline]
+    fn set(&mut self, at: usize, item: Item) {
+        self.chunks[at >> CHUNK_BITS][at & (CHUNK - 1)] = item;
+    }
+
+    /// The items from `at` up to `end` or the end of `at`'s chunk, whichever comes first.
+    #[inline]
+    fn within_chunk(&self, at: usize, end: usize) -> &[Item] {
+        let chunk = &self.chunks[at >> CHUNK_BITS];
+        let from = at & (CHUNK - 1);
+        &chunk[from..chunk.len().min(from + (end - at))]
+    }
+
+    /// Adds up to `n` items (writing them: their pages are faulted in here, not at random by
+    /// the place pass), never past the end of the last chunk; returns how many.
+    fn grow(&mut self, n: usize) -> usize {
+        if self.chunks.last().is_none_or(|last| last.len() == CHUNK) {
+            self.chunks.push(Vec::with_capacity(CHUNK));
+        }
+        let last = self.chunks.last_mut().expect("a chunk");
+        let added = n.min(CHUNK - last.len());
+        last.resize(last.len() + added, Item::default());
+        added
+    }
+
+    /// Gives chunks beyond what `needed` items use (and one spare) back, one per call; whether
+    /// it gave one.
+    fn shed(&mut self, needed: usize) -> bool {
+        if self.chunks.len() > needed.div_ceil(CHUNK) + 1 {
+            self.chunks.pop();
+            return true;
+        }
+        false
+    }
+}
+
+/// The run being fired: items `cursor..len` are the minute's items not yet taken.
 #[derive(Default)]
 pub(crate) struct Run {
     /// Only the first `len` are the run; the rest is room kept from a bigger minute.
-    pub(crate) items: Vec<Item>,
-    pub(crate) len: usize,
-    pub(crate) cursor: usize,
+    items: Items,
+    len: usize,
+    cursor: usize,
     /// Items before this were read ahead (their slab entries), see `mod.rs`.
-    pub(crate) touched_to: usize,
+    touched_to: usize,
 }
 
 impl Run {
-    /// The due time of the next item to take (it may be a tombstone).
+    /// The next item to take (it may be a tombstone).
+    #[inline]
+    pub(crate) fn peek(&self) -> Option<Item> {
+        (self.cursor < self.len).then(|| self.items.get(self.cursor))
+    }
+
+    /// The due time of the next item to take.
     #[inline]
     pub(crate) fn next_due(&self) -> Option<u64> {
-        (self.cursor < self.len).then(|| self.items[self.cursor].due_ms)
+        self.peek().map(|item| item.due_ms)
     }
 
     /// The items not yet taken.
+    pub(crate) fn rest(&self) -> impl Iterator<Item = Item> + '_ {
+        (self.cursor..self.len).map(|at| self.items.get(at))
+    }
+
+    /// The next items to take, up to the end of those read ahead; once those are used up,
+    /// up to `n` new ones (within the next item's chunk), and `true`: the caller reads their
+    /// slab entries side by side before it takes them.
     #[inline]
-    pub(crate) fn rest(&self) -> &[Item] {
-        &self.items[self.cursor..self.len]
+    pub(crate) fn window(&mut self, n: usize) -> (&[Item], bool) {
+        if self.cursor < self.touched_to {
+            return (self.items.within_chunk(self.cursor, self.touched_to), false);
+        }
+        if self.cursor == self.len {
+            return (&[], false);
+        }
+        let ahead = self
+            .items
+            .within_chunk(self.cursor, self.len.min(self.cursor + n));
+        self.touched_to = self.cursor + ahead.len();
+        (ahead, true)
+    }
+
+    /// Moves past the next `n` items.
+    #[inline]
+    pub(crate) fn skip(&mut self, n: usize) {
+        assert!(self.cursor + n <= self.len, "skipping past the run");
+        self.cursor += n;
     }
 
     pub(crate) fn is_exhausted(&self) -> bool {
@@ -92,8 +184,11 @@ pub(crate) struct Build {
     /// The running sum while summing.
     sum: u32,
     counts: Vec<u32>,
-    /// The sorted items, `out[..total]`; what lies beyond is room from a bigger minute.
-    out: Vec<Item>,
+    /// The sorted items, the first `total` of `out`; what lies beyond is room from a bigger
+    /// minute.
+    out: Items,
+    /// A small minute's items, sorted by comparison.
+    small: Vec<Item>,
 }
 
 /// What a step did: units of budget spent, and items moved (what the wheel counts as
@@ -114,7 +209,8 @@ impl Build {
             total: 0,
             sum: 0,
             counts: Vec::new(),
-            out: Vec::new(),
+            out: Items::default(),
+            small: Vec::new(),
         }
     }
 
@@ -139,17 +235,22 @@ impl Build {
             self.seek(Phase::Count);
             return Stepped { spent: 1, moved: 0 };
         }
-        let mut small = std::mem::take(&mut self.out);
-        small.clear();
+        self.small.clear();
         for block in self.source.blocks.drain(..) {
-            small.extend_from_slice(&block);
+            self.small.extend_from_slice(&block);
             pool.put(block);
         }
-        small.sort_unstable_by_key(|item| item.due_ms);
-        self.out = small;
+        self.small.sort_unstable_by_key(|item| item.due_ms);
+        while self.out.len() < self.total {
+            self.out.grow(self.total);
+        }
+        for (at, &item) in self.small.iter().enumerate() {
+            self.out.set(at, item);
+        }
+        let shed = self.out.shed(self.total);
         self.phase = Phase::Done;
         Stepped {
-            spent: self.total.max(1),
+            spent: self.total.max(1) + usize::from(shed) * UNITS_PER_CHUNK_FREED,
             moved: self.total,
         }
     }
@@ -200,23 +301,20 @@ impl Build {
                     }
                 }
                 Phase::Grow => {
+                    if self.out.shed(self.total) {
+                        stepped.spent += UNITS_PER_CHUNK_FREED;
+                        continue;
+                    }
                     let room = self.out.len();
                     if room >= self.total {
                         self.sum = 0;
                         self.seek(Phase::Sum);
                         continue;
                     }
-                    if self.out.capacity() < self.total {
-                        // A fresh allocation, not a `reserve`: what the old one holds is of no
-                        // use, and a reallocation would copy it all in one step.
-                        // A quarter more, so that the next minutes, about as big, fit.
-                        self.out = Vec::with_capacity(self.total + self.total / 4);
-                        continue;
-                    }
-                    // Fresh pages: a page fault every 256 items.
-                    let grow = (self.total - room).min(left.saturating_mul(GROW_PER_UNIT));
-                    self.out.resize(room + grow, Item::default());
-                    stepped.spent += grow.div_ceil(GROW_PER_UNIT);
+                    let grown = self
+                        .out
+                        .grow((self.total - room).min(left.saturating_mul(GROW_PER_UNIT)));
+                    stepped.spent += grown.div_ceil(GROW_PER_UNIT);
                 }
                 Phase::Sum => {
                     let end =
@@ -243,7 +341,7 @@ impl Build {
                     for &item in &block[self.at..end] {
                         let counter = self.counter(&item);
                         let place = &mut self.counts[counter];
-                        self.out[*place as usize] = item;
+                        self.out.set(*place as usize, item);
                         *place += 1;
                     }
                     stepped.spent += end - self.at;
@@ -274,16 +372,11 @@ impl Build {
     }
 
     /// Hands the sorted minute to `run` (whose items are all taken) and takes its storage
-    /// back for the next minute. A run much smaller than the room kept gives most of it back.
+    /// back for the next minute (which gives what it does not need back a chunk per step).
     pub(crate) fn finish_into(&mut self, run: &mut Run) {
         assert_eq!(self.phase, Phase::Done, "the minute is sorted");
         assert!(run.is_exhausted(), "the last minute's run is fired");
         std::mem::swap(&mut run.items, &mut self.out);
-        if self.out.len() > 4 * self.total.max(SMALL_RUN) {
-            // The last minute's storage, come back: keep room for twice this one.
-            self.out.truncate(2 * self.total);
-            self.out.shrink_to_fit();
-        }
         run.len = self.total;
         run.cursor = 0;
         run.touched_to = 0;
@@ -326,7 +419,7 @@ mod tests {
         let mut run = Run::default();
         build.finish_into(&mut run);
         assert_eq!(moved, dues.len(), "each item moved once");
-        (run.rest().iter().map(|i| i.due_ms).collect(), steps)
+        (run.rest().map(|i| i.due_ms).collect(), steps)
     }
 
     #[test]
@@ -363,23 +456,51 @@ mod tests {
     }
 
     #[test]
-    fn the_room_of_a_burst_is_given_back_by_a_quiet_minute() {
+    fn the_room_of_a_burst_is_given_back_a_chunk_per_step() {
         let mut pool = Pool::default();
         let mut build = Build::new();
         let mut run = Run::default();
-        for (minute, n) in [(1u64, 100_000usize), (2, 1_000)] {
+        let burst = 5 * CHUNK;
+        for (minute, n) in [(1u64, burst), (2, 1_000), (3, 1_000), (4, 100)] {
             let (slot, _) = slot_of(&vec![minute * MS_PER_MINUTE + 7; n]);
             build.start(minute, slot, &mut pool);
-            build.step(usize::MAX, &mut pool);
+            while build.is_busy() {
+                let stepped = build.step(1024, &mut pool);
+                assert!(stepped.spent <= 1024 + UNITS_PER_CHUNK_FREED);
+            }
             run.cursor = run.len;
             build.finish_into(&mut run);
-            assert_eq!(run.rest().len(), n);
+            assert_eq!(run.rest().count(), n);
+            assert!(
+                run.rest()
+                    .all(|item| item.due_ms == minute * MS_PER_MINUTE + 7)
+            );
         }
-        assert!(
-            run.items.capacity() + build.out.capacity() < 100_000 + 10_000,
-            "{} + {}",
-            run.items.capacity(),
-            build.out.capacity()
-        );
+        let chunks = run.items.chunks.len() + build.out.chunks.len();
+        assert!(chunks <= 3, "{chunks} chunks kept after the burst's five");
+    }
+
+    #[test]
+    fn a_run_reads_ahead_within_a_chunk_and_only_once_used_up() {
+        let (slot, mut pool) = slot_of(&vec![MS_PER_MINUTE; CHUNK + 10]);
+        let mut build = Build::new();
+        build.start(1, slot, &mut pool);
+        build.step(usize::MAX, &mut pool);
+        let mut run = Run::default();
+        build.finish_into(&mut run);
+        assert_eq!(run.window(64).0.len(), 64);
+        run.skip(60);
+        let (window, fresh) = run.window(64);
+        assert_eq!((window.len(), fresh), (4, false), "the rest read ahead");
+        run.skip(4);
+        let expected = run.items.chunks[0][64..128].to_vec();
+        assert_eq!(run.window(64), (&expected[..], true));
+        run.skip(CHUNK - 3 - 64);
+        assert_eq!(run.window(64).0.len(), 3, "to the end of its chunk");
+        run.skip(3);
+        let expected = run.items.chunks[1][..10].to_vec();
+        assert_eq!(run.window(64), (&expected[..], true));
+        run.skip(10);
+        assert!(run.window(64).0.is_empty() && run.is_exhausted());
     }
 }
