@@ -118,6 +118,14 @@ const TOUCH_SLOTS_MAX: usize = 32;
 const _: () = assert!(CASCADE_PER_POLL_MAX > 0 && SWEEP_ITEMS_PER_STEP >= BLOCK_ITEMS);
 const _: () = assert!(TOUCH_ITEMS > 0);
 
+/// The earlier of two times, either of which may be unknown.
+fn earlier(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// The start of the second after the one holding `ms`, or `u64::MAX` in the last second.
 fn next_second_ms(ms: u64) -> u64 {
     (ms / MS_PER_SECOND + 1).saturating_mul(MS_PER_SECOND)
@@ -398,10 +406,7 @@ impl<T: Copy> TimingWheel<T> {
         if self.is_empty() {
             return None;
         }
-        match (self.first_live_ms(), self.coarse_bound_ms()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        earlier(self.first_live_ms(), self.coarse_bound_ms())
     }
 
     /// When a poll would find cascading to do ahead of time: the next millisecond while the
@@ -672,10 +677,7 @@ impl<T: Copy> TimingWheel<T> {
             }
             // Nothing left in this second: everything pending is at or after `bound`, which is
             // in a later second.
-            let bound = match (first, self.coarse_bound_ms()) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let bound = earlier(first, self.coarse_bound_ms());
             match bound {
                 Some(bound_ms) if bound_ms <= now_ms => self.advance(bound_ms),
                 _ => {
@@ -708,10 +710,7 @@ impl<T: Copy> TimingWheel<T> {
             .ms
             .first_from(from)
             .map(|slot| self.now_ms + ring_distance(from, slot, MS_SLOTS));
-        match (ring, self.run.next_due()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        earlier(ring, self.run.next_due())
     }
 
     /// Like [`first_ms`](Self::first_ms), stepping over tombstones while it has read fewer
@@ -723,10 +722,7 @@ impl<T: Copy> TimingWheel<T> {
             (self.slab.is_current(item.index, item.stamp) || read + 1 == PEEK_ITEMS_MAX)
                 .then_some(item.due_ms)
         });
-        match (self.first_live_in_ring(), run) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        earlier(self.first_live_in_ring(), run)
     }
 
     /// [`first_live_ms`](Self::first_live_ms) in the ms ring alone.
@@ -828,7 +824,7 @@ impl<T: Copy> TimingWheel<T> {
     /// Takes minute `minute`'s slot out of the minute ring into the (idle) build; returns the
     /// budget units it spent, `None` if the slot is empty.
     fn start_build(&mut self, minute: u64) -> Option<usize> {
-        let slot = (minute % MINUTE_SLOTS as u64) as usize;
+        let slot = slot_for(Tier::Minute, minute * MS_PER_MINUTE) as usize;
         if self.minutes.is_empty_slot(slot) {
             return None;
         }
@@ -852,7 +848,7 @@ impl<T: Copy> TimingWheel<T> {
             None => self.next_minute().is_some_and(|minute| {
                 !self
                     .minutes
-                    .is_empty_slot((minute % MINUTE_SLOTS as u64) as usize)
+                    .is_empty_slot(slot_for(Tier::Minute, minute * MS_PER_MINUTE) as usize)
             }),
         }
     }
