@@ -149,6 +149,12 @@ impl Harness {
         (!self.keys.is_empty()).then(|| self.keys[k % self.keys.len()])
     }
 
+    /// Whether `key` is the current key of pending timer `seq` (a reschedule gives it a new
+    /// one).
+    fn is_live(&self, key: TimerKey, seq: u64) -> bool {
+        self.model.by_seq.get(&seq).is_some_and(|&(_, k)| k == key)
+    }
+
     /// One poll, checked against the model; returns whether it fired.
     fn poll(&mut self, now_ms: u64) -> bool {
         let fired = self.wheel.poll(now_ms);
@@ -222,31 +228,36 @@ impl Harness {
             }
             Op::Cancel(k) => {
                 if let Some((key, seq)) = self.pick(*k) {
-                    let expected = self.model.by_seq.remove(&seq).map(|(effective, _)| {
-                        self.model.pending.remove(&(effective, seq));
-                        seq
-                    });
+                    if !self.is_live(key, seq) {
+                        assert_eq!(self.wheel.cancel(key), None, "a stale key");
+                        return self.check();
+                    }
+                    let (effective, _) = self.model.by_seq.remove(&seq).expect("live");
+                    self.model.pending.remove(&(effective, seq));
                     let value = self.model.values.remove(&seq).unwrap_or(seq);
-                    assert_eq!(self.wheel.cancel(key), expected.map(|_| value));
+                    assert_eq!(self.wheel.cancel(key), Some(value));
                 }
             }
             Op::Reschedule(k, due) => {
                 if let Some((key, seq)) = self.pick(*k) {
                     let due_ms = self.due_ms(due);
-                    let pending = self.model.by_seq.contains_key(&seq);
-                    assert_eq!(self.wheel.reschedule(key, due_ms), pending);
-                    if pending {
+                    let pending = self.is_live(key, seq);
+                    let moved = self.wheel.reschedule(key, due_ms);
+                    assert_eq!(moved.is_some(), pending);
+                    if let Some(moved) = moved {
+                        assert!(!self.wheel.contains(key), "the old key is stale");
                         let (old, _) = self.model.by_seq[&seq];
                         self.model.pending.remove(&(old, seq));
                         let effective = due_ms.max(self.model.wheel_now_ms);
                         self.model.pending.insert((effective, seq), due_ms);
-                        self.model.by_seq.insert(seq, (effective, key));
+                        self.model.by_seq.insert(seq, (effective, moved));
+                        self.keys.push((moved, seq));
                     }
                 }
             }
             Op::Relabel(k) => {
                 if let Some((key, seq)) = self.pick(*k) {
-                    let pending = self.model.by_seq.contains_key(&seq);
+                    let pending = self.is_live(key, seq);
                     let value = self.model.values.get(&seq).copied().unwrap_or(seq) ^ RELABELED;
                     assert_eq!(self.wheel.set(key, value), pending);
                     if pending {

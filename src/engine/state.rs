@@ -368,7 +368,7 @@ impl State {
                 match (from, job.timer) {
                     (JobState::Scheduled, Some(key)) => {
                         let moved = self.due.reschedule(key, due_ms.max(now_ms));
-                        assert!(moved, "the timer of job {id} is live");
+                        job.timer = Some(moved.expect("the timer of a scheduled job is live"));
                     }
                     (JobState::Ready, key) => {
                         // Queued already: it waits again; the id left in the channel is skipped.
@@ -550,8 +550,7 @@ impl State {
                 job.at_ms = lease_until_ms;
                 let key = job.timer.take().expect("a running job has a lease timer");
                 let moved = self.leases.reschedule(key, lease_until_ms);
-                assert!(moved, "the lease timer of job {id} is live");
-                job.timer = Some(key);
+                job.timer = Some(moved.expect("the lease timer of a running job is live"));
                 Ok(())
             }
             Event::Requeue { id, due_ms } => {

@@ -1,6 +1,7 @@
 //! Slot contents stored contiguously: a slot is a list of blocks of up to [`BLOCK_ITEMS`]
-//! items, and an item is 16 bytes naming its due time, its slab entry and the stamp that entry
-//! had when the item was placed (see `slab.rs`).
+//! items, and an item names its due time and its timer's key (slab entry and generation, see
+//! `slab.rs`) and carries its value (24 bytes with a `u64` value), so that a fire reads only
+//! the item and its entry's two bits of state.
 //!
 //! A cascade reads a slot's blocks front to back and appends each item to the tail block of its
 //! new slot, so moving a minute of timers is a sequential scan, not a walk over a linked list
@@ -11,7 +12,7 @@
 //! Within a slot, items are in no particular order; the millisecond ring's slots hold one due
 //! millisecond each, so order there does not matter either.
 
-/// Items per block: 4 KiB of items.
+/// Items per block: 6 KiB of items with a `u64` value.
 pub(crate) const BLOCK_ITEMS: usize = 256;
 
 /// Items a small block starts with room for. The millisecond ring's slots hold a few items each
@@ -28,29 +29,36 @@ const POOL_BLOCKS_MAX: usize = 4096;
 /// stay with a wheel that holds far fewer timers now.
 pub(crate) const POOL_BLOCKS_AFTER_SWEEP: usize = 256;
 
-const _: () = assert!(size_of::<Item>() == 16);
+const _: () = assert!(size_of::<Item<u64>>() == 24);
 
 /// One placement of a timer in a slot.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Item {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Item<T> {
     /// The due time the caller asked for (never clamped).
     pub(crate) due_ms: u64,
-    /// The slab entry of the timer.
+    /// The slab entry of the timer: the item is live while the entry's state says so.
     pub(crate) index: u32,
-    /// The entry's stamp at placement: the item is live while the entry still has it.
-    pub(crate) stamp: u32,
+    /// The generation of its key.
+    pub(crate) generation: u32,
+    /// The value as of the placement (unless `set` replaced it since, see `slab.rs`).
+    pub(crate) value: T,
 }
 
 /// A list of blocks; empty when it has no block.
 ///
 /// A block may be empty while a sweep is between steps on this slot (see `mod.rs`); every
 /// reader takes that in its stride.
-#[derive(Default)]
-pub(crate) struct Slot {
-    pub(crate) blocks: Vec<Vec<Item>>,
+pub(crate) struct Slot<T> {
+    pub(crate) blocks: Vec<Vec<Item<T>>>,
 }
 
-impl Slot {
+impl<T> Default for Slot<T> {
+    fn default() -> Self {
+        Self { blocks: Vec::new() }
+    }
+}
+
+impl<T: Copy> Slot<T> {
     /// Whether the slot has no block (and so no item).
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
@@ -61,7 +69,7 @@ impl Slot {
     /// none): a small one that grows by doubling up to a whole one when `small`, else a whole
     /// one from the pool.
     #[inline]
-    pub(crate) fn push(&mut self, item: Item, pool: &mut Pool, small: bool) {
+    pub(crate) fn push(&mut self, item: Item<T>, pool: &mut Pool<T>, small: bool) {
         match self.blocks.last_mut() {
             Some(tail) if tail.len() < BLOCK_ITEMS => tail.push(item),
             _ => {
@@ -79,7 +87,7 @@ impl Slot {
     /// Takes the last item out (the slot shrinks from its tail); `None` when no item is left,
     /// and then the slot has no block either.
     #[inline]
-    pub(crate) fn pop(&mut self, pool: &mut Pool) -> Option<Item> {
+    pub(crate) fn pop(&mut self, pool: &mut Pool<T>) -> Option<Item<T>> {
         loop {
             let tail = self.blocks.last_mut()?;
             if let Some(item) = tail.pop() {
@@ -94,7 +102,7 @@ impl Slot {
 
     /// Gives every block back to the pool.
     #[cfg(test)]
-    pub(crate) fn clear(&mut self, pool: &mut Pool) {
+    pub(crate) fn clear(&mut self, pool: &mut Pool<T>) {
         for block in self.blocks.drain(..) {
             pool.put(block);
         }
@@ -102,13 +110,21 @@ impl Slot {
 }
 
 /// Empty blocks for reuse: whole ones, and the small ones of the millisecond ring.
-#[derive(Default)]
-pub(crate) struct Pool {
-    free: Vec<Vec<Item>>,
-    small: Vec<Vec<Item>>,
+pub(crate) struct Pool<T> {
+    free: Vec<Vec<Item<T>>>,
+    small: Vec<Vec<Item<T>>>,
 }
 
-impl Pool {
+impl<T> Default for Pool<T> {
+    fn default() -> Self {
+        Self {
+            free: Vec::new(),
+            small: Vec::new(),
+        }
+    }
+}
+
+impl<T> Pool<T> {
     /// Empty full-size blocks kept for reuse.
     #[cfg(test)]
     pub(crate) fn free_blocks(&self) -> usize {
@@ -117,7 +133,7 @@ impl Pool {
 
     /// An empty block with room for [`BLOCK_ITEMS`].
     #[inline]
-    pub(crate) fn take(&mut self) -> Vec<Item> {
+    pub(crate) fn take(&mut self) -> Vec<Item<T>> {
         self.free
             .pop()
             .unwrap_or_else(|| Vec::with_capacity(BLOCK_ITEMS))
@@ -125,7 +141,7 @@ impl Pool {
 
     /// An empty block with room for at least [`SMALL_BLOCK_ITEMS`].
     #[inline]
-    pub(crate) fn take_small(&mut self) -> Vec<Item> {
+    pub(crate) fn take_small(&mut self) -> Vec<Item<T>> {
         self.small
             .pop()
             .unwrap_or_else(|| Vec::with_capacity(SMALL_BLOCK_ITEMS))
@@ -141,7 +157,7 @@ impl Pool {
 
     /// Takes a block back, emptied.
     #[inline]
-    pub(crate) fn put(&mut self, mut block: Vec<Item>) {
+    pub(crate) fn put(&mut self, mut block: Vec<Item<T>>) {
         let list = if block.capacity() >= BLOCK_ITEMS {
             &mut self.free
         } else if block.capacity() >= SMALL_BLOCK_ITEMS {
@@ -160,11 +176,12 @@ impl Pool {
 mod tests {
     use super::*;
 
-    fn item(i: u32) -> Item {
+    fn item(i: u32) -> Item<u64> {
         Item {
             due_ms: u64::from(i),
             index: i,
-            stamp: 0,
+            generation: 1,
+            value: u64::from(i),
         }
     }
 

@@ -99,11 +99,8 @@ pub(crate) fn ring_distance(from: usize, to: usize, slots: usize) -> u64 {
     ((to + slots - from) % slots) as u64
 }
 
-/// Where [`Level::slot`] points for a ring whose slots are not allocated yet.
-static NO_SLOT: Slot = Slot { blocks: Vec::new() };
-
 /// One ring: its slots plus a two-level occupancy bitmap.
-pub(crate) struct Level {
+pub(crate) struct Level<T> {
     /// Allocated at the first write: until then every slot is empty. A wheel that never
     /// uses a ring costs neither its allocation nor a pass over its slots when dropped (an
     /// engine opens a fresh wheel at every open, and the simulation and the fuzzer open
@@ -111,7 +108,9 @@ pub(crate) struct Level {
     ///
     /// `ManuallyDrop`: dropping the ring drops only the slots `owned` names (a pass over every
     /// slot of every ring was a twentieth of a small engine's open and close).
-    slots: Vec<ManuallyDrop<Slot>>,
+    slots: Vec<ManuallyDrop<Slot<T>>>,
+    /// Where [`Level::slot`] points for a ring whose slots are not allocated yet.
+    no_slot: Slot<T>,
     /// How many slots the ring has.
     len: usize,
     /// Whether new blocks start small and grow (see [`SMALL_BLOCK_ITEMS`]).
@@ -124,7 +123,7 @@ pub(crate) struct Level {
     owned: Box<[u64]>,
 }
 
-impl Drop for Level {
+impl<T> Drop for Level<T> {
     fn drop(&mut self) {
         for (w, &word) in self.owned.iter().enumerate() {
             let mut bits = word;
@@ -137,12 +136,13 @@ impl Drop for Level {
     }
 }
 
-impl Level {
+impl<T: Copy> Level<T> {
     /// An empty ring of `slots` slots, whose new blocks start small if `small_blocks`.
     pub(crate) fn new(slots: usize, small_blocks: bool) -> Self {
         assert!(slots > 0 && slots <= 64 * 64);
         Self {
             slots: Vec::new(),
+            no_slot: Slot::default(),
             len: slots,
             small_blocks,
             words: vec![0; slots.div_ceil(64)].into_boxed_slice(),
@@ -153,7 +153,7 @@ impl Level {
 
     /// The slots, allocated now if they were not.
     #[inline]
-    fn slots_mut(&mut self) -> &mut [ManuallyDrop<Slot>] {
+    fn slots_mut(&mut self) -> &mut [ManuallyDrop<Slot<T>>] {
         if self.slots.is_empty() {
             self.allocate();
         }
@@ -163,7 +163,9 @@ impl Level {
     #[cold]
     #[inline(never)]
     fn allocate(&mut self) {
-        self.slots = (0..self.len).map(|_| ManuallyDrop::default()).collect();
+        self.slots = (0..self.len)
+            .map(|_| ManuallyDrop::new(Slot::default()))
+            .collect();
     }
 
     #[inline]
@@ -185,7 +187,7 @@ impl Level {
 
     /// Appends an item to `slot`.
     #[inline]
-    pub(crate) fn push(&mut self, slot: usize, item: Item, pool: &mut Pool) {
+    pub(crate) fn push(&mut self, slot: usize, item: Item<T>, pool: &mut Pool<T>) {
         if self.slots.is_empty() {
             self.allocate();
         }
@@ -197,7 +199,7 @@ impl Level {
 
     /// Takes the last item out of `slot`, keeping the bitmap in step.
     #[inline]
-    pub(crate) fn pop(&mut self, slot: usize, pool: &mut Pool) -> Option<Item> {
+    pub(crate) fn pop(&mut self, slot: usize, pool: &mut Pool<T>) -> Option<Item<T>> {
         if self.slots.is_empty() {
             return None;
         }
@@ -210,7 +212,7 @@ impl Level {
 
     /// Takes the whole contents of `slot` out.
     #[inline]
-    pub(crate) fn take(&mut self, slot: usize) -> Slot {
+    pub(crate) fn take(&mut self, slot: usize) -> Slot<T> {
         self.unmark(slot);
         if self.slots.is_empty() {
             return Slot::default();
@@ -220,7 +222,7 @@ impl Level {
     }
 
     /// Puts contents into the empty `slot`.
-    pub(crate) fn put(&mut self, slot: usize, contents: Slot) {
+    pub(crate) fn put(&mut self, slot: usize, contents: Slot<T>) {
         assert!(self.slot(slot).is_empty(), "put onto occupied slot {slot}");
         if contents.is_empty() {
             return;
@@ -232,18 +234,18 @@ impl Level {
     /// The contents of `slot`, to read or to sweep; [`settle`](Self::settle) after a sweep
     /// may have emptied it.
     #[inline]
-    pub(crate) fn slot(&self, slot: usize) -> &Slot {
+    pub(crate) fn slot(&self, slot: usize) -> &Slot<T> {
         match self.slots.get(slot) {
             Some(contents) => contents,
             None => {
                 assert!(slot < self.len, "slot {slot} of a ring of {}", self.len);
-                &NO_SLOT
+                &self.no_slot
             }
         }
     }
 
     #[inline]
-    pub(crate) fn slot_mut(&mut self, slot: usize) -> &mut Slot {
+    pub(crate) fn slot_mut(&mut self, slot: usize) -> &mut Slot<T> {
         &mut self.slots_mut()[slot]
     }
 
@@ -333,11 +335,12 @@ mod tests {
         assert_eq!(ring_distance(7, 5, 10), 8);
     }
 
-    fn item() -> Item {
+    fn item() -> Item<u64> {
         Item {
             due_ms: 0,
             index: 0,
-            stamp: 0,
+            generation: 1,
+            value: 0,
         }
     }
 
@@ -367,7 +370,7 @@ mod tests {
     #[test]
     fn every_slot_holding_an_allocation_is_owned() {
         let (mut level, mut pool) = (Level::new(MS_SLOTS, true), Pool::default());
-        let check = |level: &Level| {
+        let check = |level: &Level<u64>| {
             for (slot, contents) in level.slots.iter().enumerate() {
                 let owned = level.owned[slot / 64] & (1u64 << (slot % 64)) != 0;
                 if contents.blocks.capacity() > 0 {
@@ -404,7 +407,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "of a ring of")]
     fn a_slot_past_the_ring_is_refused_before_the_first_write_too() {
-        Level::new(SECOND_SLOTS, false).slot(SECOND_SLOTS);
+        Level::<u64>::new(SECOND_SLOTS, false).slot(SECOND_SLOTS);
     }
 
     #[test]

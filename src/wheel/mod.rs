@@ -86,7 +86,7 @@ use level::{
     level_for, ring_distance, slot_for,
 };
 use run::{Build, Run};
-use slab::Slab;
+use slab::{Fired, Slab};
 
 pub use level::HORIZON_HOURS;
 
@@ -230,12 +230,12 @@ enum Source {
 /// See the [module documentation](self) for an example and the guarantees.
 pub struct TimingWheel<T> {
     slab: Slab<T>,
-    pool: Pool,
-    ms: Level,
-    seconds: Level,
-    minutes: Level,
+    pool: Pool<T>,
+    ms: Level<T>,
+    seconds: Level<T>,
+    minutes: Level<T>,
     /// Items beyond the resident horizon, keyed by due minute.
-    overflow: BTreeMap<u64, Slot>,
+    overflow: BTreeMap<u64, Slot<T>>,
     /// The wheel's time: every pending timer is effectively due at or after it.
     now_ms: u64,
     /// No item is effectively due before this; lets an idle `poll` return at once.
@@ -246,16 +246,16 @@ pub struct TimingWheel<T> {
     /// Whether the next second or minute may still hold items to cascade ahead of time.
     look_ahead_pending: bool,
     /// The current minute's items that were in its minute slot, sorted by due (`run.rs`).
-    run: Run,
+    run: Run<T>,
     /// The next minute's run, being sorted ahead of time.
-    build: Build,
+    build: Build<T>,
     /// Items in slots whose timer was cancelled or moved since.
     tombstones: u64,
     sweep: Sweep,
     /// Items ahead of the next fire whose slab entries were read ahead.
     touched: u32,
     /// Where the reads ahead go, so that they happen.
-    touch_sink: u32,
+    touch_sink: u64,
     stats: WorkStats,
 }
 
@@ -342,7 +342,8 @@ impl<T: Copy> TimingWheel<T> {
         self.place(Item {
             due_ms,
             index: taken.index,
-            stamp: taken.stamp,
+            generation: taken.generation,
+            value,
         });
         key(taken.index, taken.generation)
     }
@@ -352,26 +353,35 @@ impl<T: Copy> TimingWheel<T> {
         if !self.slab.is_live(key.index, key.generation.get()) {
             return None;
         }
-        let (value, _) = self.slab.remove(key.index);
+        let value = self.slab.remove(key.index);
         self.tombstones += 1;
         self.maybe_start_sweep();
         Some(value)
     }
 
-    /// Moves a pending timer to `due_ms`, keeping its key; `false` if the key is stale.
-    pub fn reschedule(&mut self, key: TimerKey, due_ms: u64) -> bool {
+    /// Moves a pending timer to `due_ms` with its value, and returns its new key (the old
+    /// one is stale from now on, as after a cancel); `None` if the key is stale.
+    ///
+    /// ```
+    /// use timewheel::wheel::TimingWheel;
+    ///
+    /// let mut wheel = TimingWheel::new(0);
+    /// let key = wheel.insert(500, 'a');
+    /// let moved = wheel.reschedule(key, 100).expect("pending");
+    /// assert!(!wheel.contains(key) && wheel.get(moved) == Some('a'));
+    /// assert_eq!(wheel.reschedule(key, 900), None, "the old key is stale");
+    /// assert_eq!(wheel.poll(1_000), Some((moved, 100, 'a')));
+    /// assert_eq!(wheel.poll(1_000), None, "fired once");
+    /// ```
+    pub fn reschedule(&mut self, key: TimerKey, due_ms: u64) -> Option<TimerKey> {
         if !self.slab.is_live(key.index, key.generation.get()) {
-            return false;
+            return None;
         }
-        let stamp = self.slab.replace(key.index);
+        let value = self.slab.remove(key.index);
         self.tombstones += 1;
-        self.place(Item {
-            due_ms,
-            index: key.index,
-            stamp,
-        });
+        let moved = self.insert(due_ms, value);
         self.maybe_start_sweep();
-        true
+        Some(moved)
     }
 
     /// Whether the key names a pending timer.
@@ -600,7 +610,7 @@ impl<T: Copy> TimingWheel<T> {
     /// Takes the run's next item if it is due at the wheel's time, having read the slab
     /// entries of the items ahead of it side by side when the last such read is used up.
     #[inline]
-    fn run_take(&mut self) -> Option<Item> {
+    fn run_take(&mut self) -> Option<Item<T>> {
         let item = self.run.peek()?;
         if item.due_ms > self.now_ms {
             return None;
@@ -719,7 +729,7 @@ impl<T: Copy> TimingWheel<T> {
     fn first_live_ms(&self) -> Option<u64> {
         // The run is sorted: the item where the budget ran out bounds the live ones after it.
         let run = self.run.rest().enumerate().find_map(|(read, item)| {
-            (self.slab.is_current(item.index, item.stamp) || read + 1 == PEEK_ITEMS_MAX)
+            (self.slab.state(item.index).is_live() || read + 1 == PEEK_ITEMS_MAX)
                 .then_some(item.due_ms)
         });
         earlier(self.first_live_in_ring(), run)
@@ -743,7 +753,7 @@ impl<T: Copy> TimingWheel<T> {
                     break;
                 }
                 budget -= 1;
-                if self.slab.is_current(item.index, item.stamp) {
+                if self.slab.state(item.index).is_live() {
                     live = true;
                     break;
                 }
@@ -921,7 +931,7 @@ impl<T: Copy> TimingWheel<T> {
     /// time). The tier test is two comparisons against bounds computed once, not
     /// [`level_for`]'s divisions.
     #[inline]
-    fn scatter(&mut self, items: &[Item]) {
+    fn scatter(&mut self, items: &[Item<T>]) {
         let now_ms = self.now_ms;
         let ms_end = (now_ms / MS_PER_SECOND + 2).saturating_mul(MS_PER_SECOND);
         let second_end = (now_ms / MS_PER_MINUTE + 2).saturating_mul(MS_PER_MINUTE);
@@ -959,7 +969,7 @@ impl<T: Copy> TimingWheel<T> {
 
     /// Places a new item at its effective due time.
     #[inline]
-    fn place(&mut self, item: Item) {
+    fn place(&mut self, item: Item<T>) {
         let effective_ms = item.due_ms.max(self.now_ms);
         self.bound_ms = self.bound_ms.min(effective_ms);
         self.push(effective_ms, item);
@@ -974,7 +984,7 @@ impl<T: Copy> TimingWheel<T> {
 
     /// Appends an item to the slot of `effective_ms` (at or after the wheel's time).
     #[inline]
-    fn push(&mut self, effective_ms: u64, item: Item) {
+    fn push(&mut self, effective_ms: u64, item: Item<T>) {
         let tier = level_for(self.now_ms, effective_ms);
         let slot = slot_for(tier, effective_ms);
         match tier {
@@ -1036,9 +1046,9 @@ impl<T: Copy> TimingWheel<T> {
                 _ => break,
             }
         }
-        let mut sink = 0u32;
+        let mut sink = 0u64;
         for &index in &indices[..n] {
-            sink ^= self.slab.stamp(index);
+            sink ^= self.slab.touch(index);
         }
         // Stored, so that the reads are not optimised away.
         self.touch_sink ^= sink;
@@ -1100,7 +1110,7 @@ impl<T: Copy> TimingWheel<T> {
             };
             let outcome = sweep_slot(
                 contents,
-                &self.slab,
+                &mut self.slab,
                 &mut self.pool,
                 &mut self.sweep,
                 budget - read,
@@ -1131,23 +1141,27 @@ impl<T: Copy> TimingWheel<T> {
     }
 }
 
-/// Reads the slab entries of `items` in one tight loop, so that their cache misses overlap;
-/// returns what the caller stores so that the reads are not optimised away.
+/// Reads the states of `items`' slab entries in one tight loop, so that their cache misses
+/// overlap; returns what the caller stores so that the reads are not optimised away.
 #[inline]
-fn read_entries<T: Copy>(slab: &Slab<T>, items: &[Item]) -> u32 {
+fn read_entries<T: Copy>(slab: &Slab<T>, items: &[Item<T>]) -> u64 {
     items
         .iter()
-        .fold(0, |sink, item| sink ^ slab.stamp(item.index))
+        .fold(0, |sink, item| sink ^ slab.touch(item.index))
 }
 
-/// The timer an item fires, its slab entry released; `None` for a tombstone.
-#[inline]
-fn take_fired<T: Copy>(slab: &mut Slab<T>, item: Item) -> Option<(TimerKey, u64, T)> {
-    if !slab.is_current(item.index, item.stamp) {
-        return None;
+/// The timer an item fires, its slab entry released; `None` for a tombstone (whose entry is
+/// released too).
+#[inline(always)]
+fn take_fired<T: Copy>(slab: &mut Slab<T>, item: Item<T>) -> Option<(TimerKey, u64, T)> {
+    match slab.fire(item.index) {
+        Fired::Tombstone => None,
+        Fired::Live(set) => Some((
+            key(item.index, item.generation),
+            item.due_ms,
+            set.unwrap_or(item.value),
+        )),
     }
-    let (value, generation) = slab.remove(item.index);
-    Some((key(item.index, generation), item.due_ms, value))
 }
 
 /// What one sweep step did in one slot.
@@ -1162,9 +1176,9 @@ struct Swept {
 /// block by block, and merges each thinned block into the previous non-empty one while both fit
 /// in one block, so that a swept slot's blocks are on average more than half full.
 fn sweep_slot<T: Copy>(
-    contents: &mut Slot,
-    slab: &Slab<T>,
-    pool: &mut Pool,
+    contents: &mut Slot<T>,
+    slab: &mut Slab<T>,
+    pool: &mut Pool<T>,
     cursor: &mut Sweep,
     budget: usize,
 ) -> Swept {
@@ -1179,7 +1193,7 @@ fn sweep_slot<T: Copy>(
         }
         let i = cursor.block;
         let before = contents.blocks[i].len();
-        contents.blocks[i].retain(|item| slab.is_current(item.index, item.stamp));
+        contents.blocks[i].retain(|item| !slab.drop_if_gone(item.index));
         let after = contents.blocks[i].len();
         read += before;
         dropped += (before - after) as u64;

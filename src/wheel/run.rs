@@ -37,12 +37,17 @@ const CHUNK: usize = 1 << CHUNK_BITS;
 const UNITS_PER_CHUNK_FREED: usize = 256;
 
 /// A run's storage: chunks of [`CHUNK`] items, every one full but the last.
-#[derive(Default)]
-pub(crate) struct Items {
-    chunks: Vec<Vec<Item>>,
+pub(crate) struct Items<T> {
+    chunks: Vec<Vec<Item<T>>>,
 }
 
-impl Items {
+impl<T> Default for Items<T> {
+    fn default() -> Self {
+        Self { chunks: Vec::new() }
+    }
+}
+
+impl<T: Copy> Items<T> {
     /// Items held (initialised; a run uses the first `len` of them).
     fn len(&self) -> usize {
         self.chunks
@@ -51,32 +56,33 @@ impl Items {
     }
 
     #[inline]
-    fn get(&self, at: usize) -> Item {
+    fn get(&self, at: usize) -> Item<T> {
         self.chunks[at >> CHUNK_BITS][at & (CHUNK - 1)]
     }
 
     #[inline]
-    fn set(&mut self, at: usize, item: Item) {
+    fn set(&mut self, at: usize, item: Item<T>) {
         self.chunks[at >> CHUNK_BITS][at & (CHUNK - 1)] = item;
     }
 
     /// The items from `at` up to `end` or the end of `at`'s chunk, whichever comes first.
     #[inline]
-    fn within_chunk(&self, at: usize, end: usize) -> &[Item] {
+    fn within_chunk(&self, at: usize, end: usize) -> &[Item<T>] {
         let chunk = &self.chunks[at >> CHUNK_BITS];
         let from = at & (CHUNK - 1);
         &chunk[from..chunk.len().min(from + (end - at))]
     }
 
-    /// Adds up to `n` items (writing them: their pages are faulted in here, not at random by
-    /// the place pass), never past the end of the last chunk; returns how many.
-    fn grow(&mut self, n: usize) -> usize {
+    /// Adds up to `n` copies of `filler` (writing them: their pages are faulted in here, not
+    /// at random by the place pass, which overwrites them), never past the end of the last
+    /// chunk; returns how many.
+    fn grow(&mut self, n: usize, filler: Item<T>) -> usize {
         if self.chunks.last().is_none_or(|last| last.len() == CHUNK) {
             self.chunks.push(Vec::with_capacity(CHUNK));
         }
         let last = self.chunks.last_mut().expect("a chunk");
         let added = n.min(CHUNK - last.len());
-        last.resize(last.len() + added, Item::default());
+        last.resize(last.len() + added, filler);
         added
     }
 
@@ -92,20 +98,30 @@ impl Items {
 }
 
 /// The run being fired: items `cursor..len` are the minute's items not yet taken.
-#[derive(Default)]
-pub(crate) struct Run {
+pub(crate) struct Run<T> {
     /// Only the first `len` are the run; the rest is room kept from a bigger minute.
-    items: Items,
+    items: Items<T>,
     len: usize,
     cursor: usize,
     /// Items before this were read ahead (their slab entries), see `mod.rs`.
     touched_to: usize,
 }
 
-impl Run {
+impl<T> Default for Run<T> {
+    fn default() -> Self {
+        Self {
+            items: Items::default(),
+            len: 0,
+            cursor: 0,
+            touched_to: 0,
+        }
+    }
+}
+
+impl<T: Copy> Run<T> {
     /// The next item to take (it may be a tombstone).
     #[inline]
-    pub(crate) fn peek(&self) -> Option<Item> {
+    pub(crate) fn peek(&self) -> Option<Item<T>> {
         (self.cursor < self.len).then(|| self.items.get(self.cursor))
     }
 
@@ -116,7 +132,7 @@ impl Run {
     }
 
     /// The items not yet taken.
-    pub(crate) fn rest(&self) -> impl Iterator<Item = Item> + '_ {
+    pub(crate) fn rest(&self) -> impl Iterator<Item = Item<T>> + '_ {
         (self.cursor..self.len).map(|at| self.items.get(at))
     }
 
@@ -124,7 +140,7 @@ impl Run {
     /// up to `n` new ones (within the next item's chunk), and `true`: the caller reads their
     /// slab entries side by side before it takes them.
     #[inline]
-    pub(crate) fn window(&mut self, n: usize) -> (&[Item], bool) {
+    pub(crate) fn window(&mut self, n: usize) -> (&[Item<T>], bool) {
         if self.cursor < self.touched_to {
             return (self.items.within_chunk(self.cursor, self.touched_to), false);
         }
@@ -169,12 +185,12 @@ enum Phase {
 }
 
 /// A minute's run being sorted.
-pub(crate) struct Build {
+pub(crate) struct Build<T> {
     phase: Phase,
     /// The absolute minute (`ms / 60 000`) being built.
     minute: u64,
     /// The minute slot's contents, taken out of the ring.
-    source: Slot,
+    source: Slot<T>,
     /// Where the phase stands: a block of `source` and an item in it, or a counter (or an
     /// item of `out` while growing).
     block: usize,
@@ -186,9 +202,9 @@ pub(crate) struct Build {
     counts: Vec<u32>,
     /// The sorted items, the first `total` of `out`; what lies beyond is room from a bigger
     /// minute.
-    out: Items,
+    out: Items<T>,
     /// A small minute's items, sorted by comparison.
-    small: Vec<Item>,
+    small: Vec<Item<T>>,
 }
 
 /// What a step did: units of budget spent, and items moved (what the wheel counts as
@@ -198,7 +214,7 @@ pub(crate) struct Stepped {
     pub(crate) moved: usize,
 }
 
-impl Build {
+impl<T: Copy> Build<T> {
     pub(crate) fn new() -> Self {
         Self {
             phase: Phase::Idle,
@@ -226,7 +242,7 @@ impl Build {
 
     /// Takes minute `minute`'s slot contents to sort (the build is idle). A small minute is
     /// sorted here and now.
-    pub(crate) fn start(&mut self, minute: u64, source: Slot, pool: &mut Pool) -> Stepped {
+    pub(crate) fn start(&mut self, minute: u64, source: Slot<T>, pool: &mut Pool<T>) -> Stepped {
         assert_eq!(self.phase, Phase::Idle, "one minute is built at a time");
         self.minute = minute;
         self.source = source;
@@ -241,8 +257,10 @@ impl Build {
             pool.put(block);
         }
         self.small.sort_unstable_by_key(|item| item.due_ms);
-        while self.out.len() < self.total {
-            self.out.grow(self.total);
+        if let Some(&filler) = self.small.first() {
+            while self.out.len() < self.total {
+                self.out.grow(self.total, filler);
+            }
         }
         for (at, &item) in self.small.iter().enumerate() {
             self.out.set(at, item);
@@ -263,7 +281,7 @@ impl Build {
 
     /// The counter of an item's millisecond within the minute.
     #[inline]
-    fn counter(&self, item: &Item) -> usize {
+    fn counter(&self, item: &Item<T>) -> usize {
         let offset = item.due_ms - self.minute * MS_PER_MINUTE;
         assert!(
             offset < MS_PER_MINUTE,
@@ -275,7 +293,7 @@ impl Build {
     }
 
     /// Sorts on for about `budget` units; stops early once done.
-    pub(crate) fn step(&mut self, budget: usize, pool: &mut Pool) -> Stepped {
+    pub(crate) fn step(&mut self, budget: usize, pool: &mut Pool<T>) -> Stepped {
         let mut stepped = Stepped { spent: 0, moved: 0 };
         while stepped.spent < budget && self.is_busy() {
             let left = budget - stepped.spent;
@@ -311,9 +329,12 @@ impl Build {
                         self.seek(Phase::Sum);
                         continue;
                     }
-                    let grown = self
-                        .out
-                        .grow((self.total - room).min(left.saturating_mul(GROW_PER_UNIT)));
+                    let filler = self.source.blocks.iter().flatten().next();
+                    let filler = *filler.expect("a minute of more than SMALL_RUN items");
+                    let grown = self.out.grow(
+                        (self.total - room).min(left.saturating_mul(GROW_PER_UNIT)),
+                        filler,
+                    );
                     stepped.spent += grown.div_ceil(GROW_PER_UNIT);
                 }
                 Phase::Sum => {
@@ -373,7 +394,7 @@ impl Build {
 
     /// Hands the sorted minute to `run` (whose items are all taken) and takes its storage
     /// back for the next minute (which gives what it does not need back a chunk per step).
-    pub(crate) fn finish_into(&mut self, run: &mut Run) {
+    pub(crate) fn finish_into(&mut self, run: &mut Run<T>) {
         assert_eq!(self.phase, Phase::Done, "the minute is sorted");
         assert!(run.is_exhausted(), "the last minute's run is fired");
         std::mem::swap(&mut run.items, &mut self.out);
@@ -388,14 +409,15 @@ impl Build {
 mod tests {
     use super::*;
 
-    fn slot_of(dues: &[u64]) -> (Slot, Pool) {
+    fn slot_of(dues: &[u64]) -> (Slot<u64>, Pool<u64>) {
         let mut pool = Pool::default();
         let mut slot = Slot::default();
         for (i, &due_ms) in dues.iter().enumerate() {
             let item = Item {
                 due_ms,
                 index: i as u32,
-                stamp: 0,
+                generation: 1,
+                value: i as u64,
             };
             slot.push(item, &mut pool, false);
         }

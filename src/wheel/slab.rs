@@ -1,21 +1,28 @@
-//! The slab: one 16-byte entry per timer key (with a `u64` value), addressed by a `u32` index,
-//! reused through a free list, and guarded by a generation so that a stale key never reaches the
-//! entry's next occupant.
+//! The slab: one entry per timer key, addressed by a `u32` index and reused through a free
+//! list, guarded by a generation so that a stale key never reaches the entry's next occupant.
 //!
-//! The entry does not say where its timer sits in the wheel: the slot holds an [`Item`] naming
-//! the entry and the *stamp* it had when the item was placed. Every placement (insert or
-//! reschedule) and every removal (cancel or fire) moves the entry's stamp on, so exactly one
-//! item per entry, the latest placed while the key is live, carries the current stamp; all
-//! others are tombstones, dropped when the wheel next touches them. That is what makes cancel
-//! one write to one entry, and cascades sequential copies of items.
+//! An entry has two parts kept apart. The *cold* part (generation and value; 16 bytes with a
+//! `u64` value) is what a key reaches: `cancel`, `get`, `set` and `reschedule` read it, and an
+//! insert writes it. The *hot* part is two bits of state in a dense bitmap (2.5 MB at 10M
+//! keys, where the cold parts take 160 MB): what a fire reads and writes. The item in the slot
+//! (see `block.rs`) carries its key and its value, so a fire checks two bits and never reads
+//! the cold part: at millions of timers that part is a cache miss per fire at random, the
+//! state bitmap stays in cache.
 //!
-//! Entries live in chunks of 131 072 (2 MiB with a `u64` value) rather than one `Vec`, so growing
-//! never copies the entries already there (no pause of a 160 MB `realloc` at 10M timers). The
-//! first chunk is a `Vec` that grows by doubling (a small wheel stays small); the others are
-//! [`HugeVec`]s, advised for huge pages: a fire reads entries at random, and on 4 KiB pages
-//! that is a TLB miss each at millions of timers (see `timewheel-mem`).
+//! An entry's item is in the wheel from its placement until it fires or, once its timer was
+//! cancelled or moved, until the wheel drops it as a *tombstone*; only then does the entry go
+//! back to the free list. So an entry never has two items, and its state alone says whether
+//! its item is live: [`State::Live`] (or [`State::LiveSet`] once `set` replaced the value the
+//! item carries, which the fire then reads from the cold part), [`State::Gone`] (cancelled or
+//! moved: the item is a tombstone), or [`State::Free`] (no item, on the free list). A move
+//! (`reschedule`) therefore takes a new entry and a new key.
 //!
-//! [`Item`]: super::block::Item
+//! Cold parts live in chunks of 131 072 rather than one `Vec`, so growing never copies the
+//! entries already there (no pause of a 160 MB `realloc` at 10M timers). The first chunk is a
+//! `Vec` that grows by doubling (a small wheel stays small); the others are [`HugeVec`]s,
+//! advised for huge pages (see `timewheel-mem`). Each chunk has its 32 KiB of state beside it.
+
+use timewheel_mem::HugeVec;
 
 /// Entries the slab can hold.
 pub(crate) const ENTRIES_MAX: usize = 1 << 31;
@@ -23,39 +30,83 @@ pub(crate) const ENTRIES_MAX: usize = 1 << 31;
 const CHUNK_BITS: u32 = 17;
 const CHUNK_LEN: usize = 1 << CHUNK_BITS;
 const CHUNK_MASK: u32 = (CHUNK_LEN - 1) as u32;
+/// Entries whose states share one `u64`.
+const STATES_PER_WORD: u32 = 32;
 
 const _: () = assert!(ENTRIES_MAX.is_multiple_of(CHUNK_LEN));
-// The budget: a key with a `u64` value costs 16 bytes here, and its item 16 more in a slot.
-const _: () = assert!(size_of::<Entry<u64>>() == 16);
+const _: () = assert!(CHUNK_LEN.is_multiple_of(STATES_PER_WORD as usize));
+// The budget: a key with a `u64` value costs 16 bytes here, and its item 24 more in a slot.
+const _: () = assert!(size_of::<Cold<u64>>() == 16);
+
+/// What an entry's item is, in two bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u64)]
+pub(crate) enum State {
+    /// No item: the entry is on the free list (or was never used).
+    Free = 0b00,
+    /// Its item is live and carries the value.
+    Live = 0b01,
+    /// Its item is a tombstone: the timer was cancelled or moved.
+    Gone = 0b10,
+    /// Its item is live, but `set` replaced the value since it was placed: the value is the
+    /// cold part's.
+    LiveSet = 0b11,
+}
+
+impl State {
+    #[inline]
+    fn from_bits(bits: u64) -> Self {
+        match bits & 0b11 {
+            0b00 => Self::Free,
+            0b01 => Self::Live,
+            0b10 => Self::Gone,
+            _ => Self::LiveSet,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn is_live(self) -> bool {
+        matches!(self, Self::Live | Self::LiveSet)
+    }
+}
 
 #[derive(Clone, Copy)]
-struct Entry<T> {
-    /// Odd while the key is live, even while the entry is free: bumped at insert and at
-    /// removal, so keys of former occupants no longer match.
+struct Cold<T> {
+    /// Odd; moved on by 2 each time the entry is taken again, so that keys of former
+    /// occupants no longer match.
     generation: u32,
-    /// Bumped at every placement and removal; the live item carries the current value.
-    stamp: u32,
-    /// The value of the live key; stale (but initialised) while the entry is free.
+    /// The value of the live key; stale (but initialised) otherwise.
     value: T,
 }
 
-/// A freshly occupied entry: where its key and its first item come from.
+/// A freshly occupied entry: its key.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Taken {
     pub(crate) index: u32,
     pub(crate) generation: u32,
-    pub(crate) stamp: u32,
+}
+
+/// What a fire found in an item's entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fired<T> {
+    /// The item was a tombstone; dropped.
+    Tombstone,
+    /// The item is live and fired; the value `set` gave it since it was placed, if any.
+    Live(Option<T>),
 }
 
 /// Chunked storage of the keys.
 pub(crate) struct Slab<T> {
-    /// Entries `0 .. CHUNK_LEN`.
-    first: Vec<Entry<T>>,
+    /// Cold parts of entries `0 .. CHUNK_LEN`.
+    first: Vec<Cold<T>>,
     /// Chunk `i` holds entries `(i + 1) * CHUNK_LEN ..`; every one is allocated whole.
-    chunks: Vec<HugeVec<Entry<T>>>,
+    chunks: Vec<HugeVec<Cold<T>>>,
+    /// The states of chunk `i`'s entries: two bits each, [`STATES_PER_WORD`] to a word.
+    states: Vec<Vec<u64>>,
     /// Entries ever created (occupied or free); the next fresh index.
     created: u32,
     free: FreeList,
+    /// Live keys.
     len: usize,
 }
 
@@ -96,24 +147,29 @@ impl FreeList {
     }
 }
 
-use timewheel_mem::HugeVec;
-
 impl<T: Copy> Slab<T> {
     /// An empty slab with room for `capacity` keys before it allocates again.
     pub(crate) fn with_capacity(capacity: usize) -> Self {
         let mut slab = Self {
             first: Vec::with_capacity(capacity.clamp(16, CHUNK_LEN)),
             chunks: Vec::new(),
+            states: vec![Vec::new()],
             created: 0,
             free: FreeList::default(),
             len: 0,
         };
         let mut left = capacity.min(ENTRIES_MAX).saturating_sub(CHUNK_LEN);
         while left > 0 {
-            slab.chunks.push(HugeVec::with_capacity(CHUNK_LEN));
+            slab.add_chunk();
             left = left.saturating_sub(CHUNK_LEN);
         }
         slab
+    }
+
+    fn add_chunk(&mut self) {
+        self.chunks.push(HugeVec::with_capacity(CHUNK_LEN));
+        self.states
+            .push(vec![0; CHUNK_LEN / STATES_PER_WORD as usize]);
     }
 
     /// Live keys.
@@ -131,7 +187,7 @@ impl<T: Copy> Slab<T> {
     }
 
     #[inline]
-    fn entry(&self, index: u32) -> &Entry<T> {
+    fn cold(&self, index: u32) -> &Cold<T> {
         match (index >> CHUNK_BITS) as usize {
             0 => &self.first[index as usize],
             chunk => &self.chunks[chunk - 1][(index & CHUNK_MASK) as usize],
@@ -139,60 +195,79 @@ impl<T: Copy> Slab<T> {
     }
 
     #[inline]
-    fn entry_mut(&mut self, index: u32) -> &mut Entry<T> {
+    fn cold_mut(&mut self, index: u32) -> &mut Cold<T> {
         match (index >> CHUNK_BITS) as usize {
             0 => &mut self.first[index as usize],
             chunk => &mut self.chunks[chunk - 1][(index & CHUNK_MASK) as usize],
         }
     }
 
+    /// The word holding entry `index`'s state, and the state's shift within it.
+    #[inline]
+    fn state_word(&self, index: u32) -> (&u64, u32) {
+        let word = &self.states[(index >> CHUNK_BITS) as usize]
+            [((index & CHUNK_MASK) / STATES_PER_WORD) as usize];
+        (word, (index % STATES_PER_WORD) * 2)
+    }
+
+    #[inline]
+    pub(crate) fn state(&self, index: u32) -> State {
+        let (word, shift) = self.state_word(index);
+        State::from_bits(*word >> shift)
+    }
+
+    #[inline]
+    fn set_state(&mut self, index: u32, state: State) {
+        let shift = (index % STATES_PER_WORD) * 2;
+        let word = &mut self.states[(index >> CHUNK_BITS) as usize]
+            [((index & CHUNK_MASK) / STATES_PER_WORD) as usize];
+        *word = (*word & !(0b11 << shift)) | ((state as u64) << shift);
+    }
+
+    /// The word holding entry `index`'s state, read to bring its cache line in ahead of a
+    /// fire.
+    #[inline]
+    pub(crate) fn touch(&self, index: u32) -> u64 {
+        *self.state_word(index).0
+    }
+
     /// Whether the key `(index, generation)` is live.
     #[inline]
     pub(crate) fn is_live(&self, index: u32, generation: u32) -> bool {
-        // Live generations are odd, so a free entry never matches a key.
-        index < self.created && self.entry(index).generation == generation
-    }
-
-    /// The stamp of entry `index`, read to bring its cache line in ahead of a fire.
-    #[inline]
-    pub(crate) fn stamp(&self, index: u32) -> u32 {
-        self.entry(index).stamp
-    }
-
-    /// Whether an item of entry `index` placed with `stamp` is the live one.
-    #[inline]
-    pub(crate) fn is_current(&self, index: u32, stamp: u32) -> bool {
-        self.entry(index).stamp == stamp
+        index < self.created
+            && self.state(index).is_live()
+            && self.cold(index).generation == generation
     }
 
     /// The value of the live entry `index`.
     #[inline]
     pub(crate) fn value(&self, index: u32) -> T {
-        self.entry(index).value
+        self.cold(index).value
     }
 
-    /// Replaces the value of the live entry `index`.
+    /// Replaces the value of the live entry `index` (the fire reads it here from now on).
     #[inline]
     pub(crate) fn set_value(&mut self, index: u32, value: T) {
-        self.entry_mut(index).value = value;
+        self.cold_mut(index).value = value;
+        self.set_state(index, State::LiveSet);
     }
 
-    /// Occupies an entry with `value` for its first placement.
+    /// Occupies an entry with `value`; its item is to be placed now.
     pub(crate) fn insert(&mut self, value: T) -> Taken {
         self.len += 1;
         if let Some(index) = self.free.pop() {
-            let entry = self.entry_mut(index);
-            assert!(
-                entry.generation & 1 == 0,
-                "free list reached live entry {index}"
+            assert_eq!(
+                self.state(index),
+                State::Free,
+                "free list reached entry {index}"
             );
-            entry.generation = entry.generation.wrapping_add(1);
-            entry.stamp = entry.stamp.wrapping_add(1);
-            entry.value = value;
+            self.set_state(index, State::Live);
+            let cold = self.cold_mut(index);
+            cold.generation = cold.generation.wrapping_add(2);
+            cold.value = value;
             return Taken {
                 index,
-                generation: entry.generation,
-                stamp: entry.stamp,
+                generation: cold.generation,
             };
         }
         assert!(
@@ -200,9 +275,8 @@ impl<T: Copy> Slab<T> {
             "timing wheel full: {ENTRIES_MAX} timers"
         );
         let index = self.created;
-        let entry = Entry {
+        let cold = Cold {
             generation: 1,
-            stamp: 0,
             value,
         };
         match (index >> CHUNK_BITS) as usize {
@@ -212,45 +286,65 @@ impl<T: Copy> Slab<T> {
                     let target = (self.first.capacity() * 2).clamp(16, CHUNK_LEN);
                     self.first.reserve_exact(target - self.first.len());
                 }
-                self.first.push(entry);
+                self.first.push(cold);
+                if index.is_multiple_of(STATES_PER_WORD) {
+                    self.states[0].push(0);
+                }
             }
             chunk => {
                 if chunk > self.chunks.len() {
-                    self.chunks.push(HugeVec::with_capacity(CHUNK_LEN));
+                    self.add_chunk();
                 }
-                self.chunks[chunk - 1].push(entry);
+                self.chunks[chunk - 1].push(cold);
             }
         }
         self.created += 1;
+        self.set_state(index, State::Live);
         Taken {
             index,
             generation: 1,
-            stamp: 0,
         }
     }
 
-    /// A new placement of the live entry `index`: its earlier item becomes a tombstone. Returns
-    /// the stamp for the new item.
+    /// Ends the live entry `index` by a cancel or a move: its item becomes a tombstone (the
+    /// entry is freed once the wheel drops it). Returns its value.
     #[inline]
-    pub(crate) fn replace(&mut self, index: u32) -> u32 {
-        let entry = self.entry_mut(index);
-        entry.stamp = entry.stamp.wrapping_add(1);
-        entry.stamp
+    pub(crate) fn remove(&mut self, index: u32) -> T {
+        assert!(self.state(index).is_live(), "removing entry {index}, not live");
+        self.set_state(index, State::Gone);
+        self.len -= 1;
+        self.cold(index).value
     }
 
-    /// Frees the live entry `index` (its item, if still in a slot, becomes a tombstone);
-    /// returns its value and the generation its key carried.
-    #[inline]
-    pub(crate) fn remove(&mut self, index: u32) -> (T, u32) {
-        let entry = self.entry_mut(index);
-        let generation = entry.generation;
-        assert!(generation & 1 == 1, "removing free entry {index}");
-        entry.generation = generation.wrapping_add(1);
-        entry.stamp = entry.stamp.wrapping_add(1);
-        let value = entry.value;
+    /// The fire of entry `index`'s item: a live one's entry is freed (its key stale), so is
+    /// a tombstone's.
+    #[inline(always)]
+    pub(crate) fn fire(&mut self, index: u32) -> Fired<T> {
+        let state = self.state(index);
+        let fired = match state {
+            State::Live => Fired::Live(None),
+            State::LiveSet => Fired::Live(Some(self.cold(index).value)),
+            State::Gone => Fired::Tombstone,
+            State::Free => panic!("entry {index} fired with no item"),
+        };
+        if state.is_live() {
+            self.len -= 1;
+        }
+        self.set_state(index, State::Free);
         self.free.push(index);
-        self.len -= 1;
-        (value, generation)
+        fired
+    }
+
+    /// Frees the entry of a tombstone the wheel dropped; `false` (and nothing changes) if the
+    /// item is live.
+    #[inline]
+    pub(crate) fn drop_if_gone(&mut self, index: u32) -> bool {
+        if self.state(index) != State::Gone {
+            return false;
+        }
+        self.set_state(index, State::Free);
+        self.free.push(index);
+        true
     }
 }
 
@@ -259,39 +353,51 @@ mod tests {
     use super::*;
 
     #[test]
-    fn freed_entries_are_reused_with_a_new_generation_and_stamp() {
+    fn an_entry_is_reused_only_once_its_tombstone_is_dropped() {
         let mut slab = Slab::with_capacity(0);
         let a = slab.insert(10u64);
         let b = slab.insert(20);
         assert_eq!(slab.len(), 2);
         assert!(slab.is_live(a.index, a.generation));
-        assert!(slab.is_current(a.index, a.stamp));
-        assert_eq!(slab.remove(a.index), (10, a.generation));
-        assert!(
-            !slab.is_live(a.index, a.generation),
-            "a stale key no longer matches"
-        );
-        assert!(
-            !slab.is_current(a.index, a.stamp),
-            "its item is a tombstone"
-        );
+        assert_eq!(slab.remove(a.index), 10);
+        assert_eq!(slab.len(), 1);
+        assert!(!slab.is_live(a.index, a.generation), "a cancelled key is stale");
+        assert_eq!(slab.state(a.index), State::Gone, "its item is a tombstone");
         let c = slab.insert(30);
-        assert_eq!(c.index, a.index, "the free list reuses the entry");
-        assert_ne!(c.generation, a.generation);
-        assert!(slab.is_current(c.index, c.stamp) && !slab.is_current(c.index, a.stamp));
-        assert!(slab.is_live(c.index, c.generation) && !slab.is_live(c.index, a.generation));
+        assert_ne!(c.index, a.index, "not reused while its item is in the wheel");
+        assert_eq!(slab.fire(a.index), Fired::Tombstone);
+        let d = slab.insert(40);
+        assert_eq!(d.index, a.index, "reused once dropped");
+        assert_ne!(d.generation, a.generation);
+        assert!(slab.is_live(d.index, d.generation) && !slab.is_live(d.index, a.generation));
         assert_eq!(slab.value(b.index), 20);
         assert!(!slab.is_live(99, 1), "never created");
     }
 
     #[test]
-    fn a_replacement_makes_the_earlier_item_a_tombstone_and_keeps_the_key() {
+    fn a_fire_frees_its_entry_and_reads_a_set_value_from_the_cold_part() {
         let mut slab = Slab::with_capacity(1);
         let a = slab.insert(1u64);
-        let stamp = slab.replace(a.index);
-        assert!(!slab.is_current(a.index, a.stamp));
-        assert!(slab.is_current(a.index, stamp));
-        assert!(slab.is_live(a.index, a.generation));
+        let b = slab.insert(2u64);
+        slab.set_value(b.index, 7);
+        assert_eq!(slab.value(b.index), 7);
+        assert_eq!(slab.fire(a.index), Fired::Live(None), "the item carries it");
+        assert_eq!(slab.fire(b.index), Fired::Live(Some(7)));
+        assert_eq!(slab.len(), 0);
+        assert!(!slab.is_live(a.index, a.generation) && !slab.is_live(b.index, b.generation));
+        assert!(!slab.drop_if_gone(a.index), "a free entry is not a tombstone");
+        let c = slab.insert(3);
+        assert_eq!(slab.state(c.index), State::Live, "a new occupant starts live");
+        assert!(!slab.drop_if_gone(c.index), "a live item stays");
+    }
+
+    #[test]
+    #[should_panic(expected = "fired with no item")]
+    fn firing_a_free_entry_is_a_broken_invariant() {
+        let mut slab = Slab::with_capacity(1);
+        let a = slab.insert(1u64);
+        slab.fire(a.index);
+        slab.fire(a.index);
     }
 
     #[test]
@@ -303,6 +409,8 @@ mod tests {
         assert_eq!(slab.first.capacity(), CHUNK_LEN);
         assert_eq!(slab.chunks.len(), 1);
         assert_eq!(slab.value(CHUNK_LEN as u32 + 3), CHUNK_LEN as u64 + 3);
+        assert_eq!(slab.state(CHUNK_LEN as u32 + 9), State::Live);
+        assert_eq!(slab.state(CHUNK_LEN as u32 - 1), State::Live);
         assert!(slab.capacity() >= slab.len());
     }
 
@@ -330,6 +438,7 @@ mod tests {
     fn with_capacity_preallocates_whole_chunks() {
         let slab: Slab<u64> = Slab::with_capacity(3 * CHUNK_LEN + 1);
         assert_eq!(slab.chunks.len(), 3);
+        assert_eq!(slab.states.len(), 4);
         assert_eq!(slab.capacity(), 4 * CHUNK_LEN);
     }
 }

@@ -66,7 +66,7 @@ fn stale_keys_never_reach_another_timer() {
     assert_eq!(wheel.cancel(a), Some(1));
     let b = wheel.insert(T0 + 5, 2);
     assert_eq!(wheel.cancel(a), None);
-    assert!(!wheel.reschedule(a, T0));
+    assert_eq!(wheel.reschedule(a, T0), None);
     assert_eq!(wheel.get(b), Some(2));
     assert_eq!(wheel.get(a), None);
     let (fired, _, _) = wheel.poll(T0 + 5).unwrap();
@@ -119,9 +119,9 @@ fn a_jump_of_days_fires_in_due_order() {
 fn reschedule_moves_between_tiers() {
     let mut wheel = TimingWheel::new(T0);
     let key = wheel.insert(T0 + 100 * 3_600_000, 1);
-    assert!(wheel.reschedule(key, T0 + 3));
+    let key = wheel.reschedule(key, T0 + 3).expect("pending");
     assert_eq!(wheel.next_due(), Some(T0 + 3));
-    assert!(wheel.reschedule(key, T0 + 90_000));
+    assert!(wheel.reschedule(key, T0 + 90_000).is_some());
     assert_eq!(drain(&mut wheel, T0 + 89_999), vec![]);
     assert_eq!(drain(&mut wheel, T0 + 90_000), vec![(T0 + 90_000, 1)]);
 }
@@ -176,7 +176,7 @@ fn sweeping_all_the_time_keeps_the_model() {
                     let v = splitmix(&mut rng) % next_value;
                     if let Some((effective, key)) = by_value.get(&v).copied() {
                         let due = clock + far(&mut rng);
-                        assert!(wheel.reschedule(key, due));
+                        let key = wheel.reschedule(key, due).expect("pending");
                         model.remove(&(effective, v));
                         let effective = due.max(wheel.now_ms());
                         model.insert((effective, v), key);
