@@ -122,7 +122,12 @@ impl Harness {
         }
     }
 
+    /// The due time the wheel keeps for `due` (past its last time, its last time).
     fn due_ms(&self, due: &Due) -> u64 {
+        self.asked_ms(due).min(self.wheel.last_ms())
+    }
+
+    fn asked_ms(&self, due: &Due) -> u64 {
         match *due {
             Due::Past(d) => self.clock_ms.saturating_sub(d),
             Due::Near(d) | Due::Hours(d) | Due::Days(d) | Due::Far(d) => {
@@ -211,6 +216,7 @@ impl Harness {
                         "timer {seq} due at {effective} lost at {now_ms}"
                     );
                 }
+                let now_ms = now_ms.min(self.wheel.last_ms());
                 self.model.wheel_now_ms = self.model.wheel_now_ms.max(now_ms);
             }
         }
@@ -377,31 +383,29 @@ fn burst_drained_in_batches_while_inserts_and_cancels_flow() {
     h.finish();
 }
 
-/// Cancels and reschedules pile up past the sweep's floor: the sweep reclaims the far
-/// tombstones while the clock moves, and every live timer still fires in order, none early.
+/// Cancels and reschedules of far timers: their minutes' key spaces compact as the cancels
+/// come, and every live timer still fires in order, none early.
 #[test]
-fn mass_cancels_are_swept_while_the_rest_fire_in_order() {
+fn mass_cancels_are_compacted_while_the_rest_fire_in_order() {
     let mut h = Harness::new();
     let n = 150_000usize;
     for i in 0..n as u64 {
         h.insert(T0 + 1 + (i * 7_919) % (3 * HOUR));
     }
-    for k in (0..n).filter(|k| k % 3 != 0) {
+    for k in (0..n).filter(|k| k % 10 != 0) {
         h.apply(&Op::Cancel(k));
     }
     for k in (0..n).step_by(30) {
         h.apply(&Op::Reschedule(k, Due::Hours((k as u64 * 13) % (3 * HOUR))));
     }
-    assert!(h.wheel.tombstones() >= 65_536, "{}", h.wheel.tombstones());
-    // Idle polls a millisecond apart: each sweeps a step.
-    for _ in 0..400 {
-        h.apply(&Op::Advance(1, u16::MAX));
-    }
     let stats = h.wheel.work_stats();
     assert!(stats.swept_total >= 100_000, "{stats:?}");
+    // Each chunk keeps at most four times its live places, the minute's timers two minutes
+    // ahead and nearer excepted (their items are in the rings, which drop them).
+    let live = h.wheel.len() as u64;
     assert!(
-        h.wheel.tombstones() < 2_000,
-        "only tombstones of the next two minutes wait for their cascade: {}",
+        h.wheel.tombstones() <= 3 * live + 2 * 1_000,
+        "{} tombstones for {live} live timers",
         h.wheel.tombstones()
     );
     for round in 0..2_000u64 {

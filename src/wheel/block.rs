@@ -24,11 +24,6 @@ pub(crate) const SMALL_BLOCK_ITEMS: usize = 4;
 /// Empty blocks the pool keeps for reuse (16 MiB); more go back to the allocator.
 const POOL_BLOCKS_MAX: usize = 4096;
 
-/// Empty blocks of each size the pool keeps once a sweep finished (1 MiB of whole ones): a
-/// sweep follows many cancels, and the blocks it emptied go back to the allocator rather than
-/// stay with a wheel that holds far fewer timers now.
-pub(crate) const POOL_BLOCKS_AFTER_SWEEP: usize = 256;
-
 const _: () = assert!(size_of::<Item<u64>>() == 24);
 
 /// One placement of a timer in a slot.
@@ -145,14 +140,6 @@ impl<T> Pool<T> {
         self.small
             .pop()
             .unwrap_or_else(|| Vec::with_capacity(SMALL_BLOCK_ITEMS))
-    }
-
-    /// Gives all but `keep` empty blocks of each size back to the allocator.
-    pub(crate) fn trim(&mut self, keep: usize) {
-        for list in [&mut self.free, &mut self.small] {
-            list.truncate(keep);
-            list.shrink_to(keep);
-        }
     }
 
     /// Takes a block back, emptied.

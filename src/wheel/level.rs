@@ -115,9 +115,7 @@ pub(crate) struct Level<T> {
     len: usize,
     /// Whether new blocks start small and grow (see [`SMALL_BLOCK_ITEMS`]).
     small_blocks: bool,
-    words: Box<[u64]>,
-    /// Bit `w` is set when `words[w] != 0`.
-    summary: u64,
+    occupied: Occupancy,
     /// Slots that may hold an allocation (written since they were last taken out): a slot
     /// emptied by pops keeps its list of blocks for the next item.
     owned: Box<[u64]>,
@@ -145,8 +143,7 @@ impl<T: Copy> Level<T> {
             no_slot: Slot::default(),
             len: slots,
             small_blocks,
-            words: vec![0; slots.div_ceil(64)].into_boxed_slice(),
-            summary: 0,
+            occupied: Occupancy::new(slots),
             owned: vec![0; slots.div_ceil(64)].into_boxed_slice(),
         }
     }
@@ -172,17 +169,12 @@ impl<T: Copy> Level<T> {
     fn mark(&mut self, slot: usize) {
         // Every slot that gets contents may own an allocation from then on.
         self.owned[slot / 64] |= 1u64 << (slot % 64);
-        self.words[slot / 64] |= 1u64 << (slot % 64);
-        self.summary |= 1u64 << (slot / 64);
+        self.occupied.mark(slot);
     }
 
     #[inline]
     fn unmark(&mut self, slot: usize) {
-        let w = slot / 64;
-        self.words[w] &= !(1u64 << (slot % 64));
-        if self.words[w] == 0 {
-            self.summary &= !(1u64 << w);
-        }
+        self.occupied.unmark(slot);
     }
 
     /// Appends an item to `slot`.
@@ -261,10 +253,55 @@ impl<T: Copy> Level<T> {
     /// Whether `slot` holds no timer.
     #[inline]
     pub(crate) fn is_empty_slot(&self, slot: usize) -> bool {
-        self.words[slot / 64] & (1u64 << (slot % 64)) == 0
+        !self.occupied.is_set(slot)
     }
 
     /// The first occupied slot at or after `from`, going around the ring once.
+    #[inline]
+    pub(crate) fn first_from(&self, from: usize) -> Option<usize> {
+        self.occupied.first_from(from)
+    }
+}
+
+/// A bit per slot of a ring of at most 64 × 64 slots, and a summary bit per 64-slot word that
+/// says whether the word is non-zero: the first set bit from anywhere is at most four word
+/// reads away, however many are clear.
+pub(crate) struct Occupancy {
+    words: Box<[u64]>,
+    /// Bit `w` is set when `words[w] != 0`.
+    summary: u64,
+}
+
+impl Occupancy {
+    pub(crate) fn new(slots: usize) -> Self {
+        assert!(slots > 0 && slots <= 64 * 64);
+        Self {
+            words: vec![0; slots.div_ceil(64)].into_boxed_slice(),
+            summary: 0,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn mark(&mut self, slot: usize) {
+        self.words[slot / 64] |= 1u64 << (slot % 64);
+        self.summary |= 1u64 << (slot / 64);
+    }
+
+    #[inline]
+    pub(crate) fn unmark(&mut self, slot: usize) {
+        let w = slot / 64;
+        self.words[w] &= !(1u64 << (slot % 64));
+        if self.words[w] == 0 {
+            self.summary &= !(1u64 << w);
+        }
+    }
+
+    #[inline]
+    pub(crate) fn is_set(&self, slot: usize) -> bool {
+        self.words[slot / 64] & (1u64 << (slot % 64)) != 0
+    }
+
+    /// The first set slot at or after `from`, going around the ring once.
     #[inline]
     pub(crate) fn first_from(&self, from: usize) -> Option<usize> {
         if self.summary == 0 {
@@ -432,7 +469,7 @@ mod tests {
         );
         assert_eq!(level.pop(64, &mut pool), Some(item()));
         assert_eq!(level.pop(64, &mut pool), None);
-        assert_eq!(level.summary, 0);
+        assert_eq!(level.occupied.summary, 0);
         assert_eq!(level.first_from(65), None);
     }
 

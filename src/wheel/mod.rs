@@ -74,19 +74,18 @@
 mod block;
 mod level;
 mod run;
-mod slab;
+mod spaces;
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::num::NonZeroU32;
 
-use block::{BLOCK_ITEMS, Item, POOL_BLOCKS_AFTER_SWEEP, Pool, Slot};
+use block::{Item, Pool};
 use level::{
-    Level, MINUTE_SLOTS, MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND, MS_SLOTS, SECOND_SLOTS, Tier,
+    Level, MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND, MS_SLOTS, SECOND_SLOTS, Tier,
     level_for, ring_distance, slot_for,
 };
 use run::{Build, Run};
-use slab::{Fired, Slab};
+use spaces::Spaces;
 
 pub use level::HORIZON_HOURS;
 
@@ -99,24 +98,12 @@ pub use level::HORIZON_HOURS;
 /// it. Each poll spends at most a few µs on it.
 pub const CASCADE_PER_POLL_MAX: usize = 1024;
 
-/// Tombstones (cancelled or moved timers still in a slot) the wheel lets pile up before a sweep
-/// reclaims them; a sweep also waits until they are at least as many as the live timers.
-const SWEEP_TOMBSTONES_MIN: u64 = 1 << 16;
-/// Items a sweep reads in one step: one step per idle `poll`, and one per
-/// [`SWEEP_PLACEMENTS_PER_STEP`] inserts and reschedules while a sweep is running.
-const SWEEP_ITEMS_PER_STEP: usize = 1024;
-/// Placements between two sweep steps: a sweep reads four items per placement, so it always
-/// outruns the items placed while it runs.
-const SWEEP_PLACEMENTS_PER_STEP: u32 = 256;
 /// Items `next_due` reads in the millisecond ring to step over tombstones.
 const PEEK_ITEMS_MAX: usize = 64;
-/// Items whose slab entries a fire reads ahead, side by side, so that their cache misses
-/// overlap (see `touch_ahead`), and the most ms slots it looks into for them.
-const TOUCH_ITEMS: u32 = 64;
-const TOUCH_SLOTS_MAX: usize = 32;
+/// Run items a fire takes in one loop.
+const FIRE_BATCH: usize = 64;
 
-const _: () = assert!(CASCADE_PER_POLL_MAX > 0 && SWEEP_ITEMS_PER_STEP >= BLOCK_ITEMS);
-const _: () = assert!(TOUCH_ITEMS > 0);
+const _: () = assert!(CASCADE_PER_POLL_MAX > 0 && FIRE_BATCH > 0);
 
 /// The earlier of two times, either of which may be unknown.
 fn earlier(a: Option<u64>, b: Option<u64>) -> Option<u64> {
@@ -140,21 +127,23 @@ pub fn hour_bucket(due_ms: u64) -> u64 {
 
 /// A handle to a pending timer, returned by [`TimingWheel::insert`].
 ///
-/// Once the timer fired or was cancelled the key is stale: every method given it returns
-/// `None` or `false`, even after its slab entry was reused by another timer.
+/// Once the timer fired, was cancelled or was moved the key is stale: every method given it
+/// returns `None` or `false`. A key names the minute of the timer's effective due time and its
+/// place among that minute's timers (see `spaces.rs`), and no key is handed out twice.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct TimerKey {
+    /// The place in the minute's key space.
     index: u32,
-    /// Never 0: live generations are odd (see `slab.rs`). So an `Option<TimerKey>` takes no
-    /// more room than a key (8 bytes in each job of the engine).
+    /// The minute, counted from the wheel's creation, plus one: never 0, so an
+    /// `Option<TimerKey>` takes no more room than a key (8 bytes in each job of the engine).
     generation: NonZeroU32,
 }
 
-/// The key of slab entry `index` at `generation`, which is live and hence odd.
+/// The key of place `index` in the key minute of `generation`.
 fn key(index: u32, generation: u32) -> TimerKey {
     TimerKey {
         index,
-        generation: NonZeroU32::new(generation).expect("live generations are odd"),
+        generation: NonZeroU32::new(generation).expect("key minutes count from 1"),
     }
 }
 
@@ -166,8 +155,9 @@ impl TimerKey {
 
     /// The key that [`to_u64`](Self::to_u64) returned; any other number is a stale key.
     pub fn from_u64(raw: u64) -> Self {
-        // Generation 0 is never live: an even one that is not 0 stands for it.
-        const NEVER_LIVE: NonZeroU32 = NonZeroU32::new(2).expect("not 0");
+        // Generation 0 is never handed out: the last one, which is never live (see
+        // `spaces::KEY_MINUTES`), stands for it.
+        const NEVER_LIVE: NonZeroU32 = NonZeroU32::new(u32::MAX).expect("not 0");
         let generation = NonZeroU32::new((raw >> 32) as u32).unwrap_or(NEVER_LIVE);
         Self {
             index: raw as u32,
@@ -184,38 +174,10 @@ pub struct WorkStats {
     pub cascaded_total: u64,
     /// The most items moved by a single `poll` or `poll_many` call.
     pub cascaded_per_poll_max: u64,
-    /// Items read by sweeps, in total.
+    /// Places read by compactions of far minutes' key spaces, in total.
     pub swept_total: u64,
-    /// Tombstones dropped, by cascades, fires and sweeps, in total.
+    /// Tombstones dropped, by fires and compactions, in total.
     pub tombstones_dropped: u64,
-}
-
-/// Where the sweep stands: a pass over the minute ring and the overflow, slot by slot in due
-/// order, dropping tombstones and merging the blocks they thinned.
-#[derive(Debug)]
-struct Sweep {
-    active: bool,
-    /// The absolute minute of the slot being swept.
-    minute: u64,
-    /// The next block of that slot to read.
-    block: usize,
-    /// The last non-empty block before it, which later blocks merge into while they fit.
-    prev: Option<usize>,
-    /// The tombstone count at which the next pass may start.
-    trigger: u64,
-    /// The fewest tombstones that start a pass ([`SWEEP_TOMBSTONES_MIN`]; lower in the unit
-    /// tests, so that sweeps run all the time there).
-    floor: u64,
-    /// Placements since the last step.
-    placements: u32,
-}
-
-impl Sweep {
-    fn seek(&mut self, minute: u64) {
-        self.minute = minute;
-        self.block = 0;
-        self.prev = None;
-    }
 }
 
 /// Where the next timers to fire are: a millisecond slot, or the minute's run.
@@ -229,13 +191,13 @@ enum Source {
 ///
 /// See the [module documentation](self) for an example and the guarantees.
 pub struct TimingWheel<T> {
-    slab: Slab<T>,
+    /// The keys, and the far timers' items (`spaces.rs`).
+    spaces: Spaces<T>,
+    /// The latest time the wheel keeps (see [`TimingWheel::last_ms`]).
+    last_ms: u64,
     pool: Pool<T>,
     ms: Level<T>,
     seconds: Level<T>,
-    minutes: Level<T>,
-    /// Items beyond the resident horizon, keyed by due minute.
-    overflow: BTreeMap<u64, Slot<T>>,
     /// The wheel's time: every pending timer is effectively due at or after it.
     now_ms: u64,
     /// No item is effectively due before this; lets an idle `poll` return at once.
@@ -245,17 +207,12 @@ pub struct TimingWheel<T> {
     next_second_ms: u64,
     /// Whether the next second or minute may still hold items to cascade ahead of time.
     look_ahead_pending: bool,
-    /// The current minute's items that were in its minute slot, sorted by due (`run.rs`).
+    /// The current minute's far timers, sorted by due (`run.rs`).
     run: Run<T>,
     /// The next minute's run, being sorted ahead of time.
     build: Build<T>,
-    /// Items in slots whose timer was cancelled or moved since.
+    /// Items of cancelled or moved timers not reclaimed yet.
     tombstones: u64,
-    sweep: Sweep,
-    /// Items ahead of the next fire whose slab entries were read ahead.
-    touched: u32,
-    /// Where the reads ahead go, so that they happen.
-    touch_sink: u64,
     stats: WorkStats,
 }
 
@@ -265,16 +222,20 @@ impl<T: Copy> TimingWheel<T> {
         Self::with_capacity(now_ms, 0)
     }
 
-    /// An empty wheel whose time is `now_ms`, with room for `capacity` timers' keys before it
-    /// allocates.
+    /// An empty wheel whose time is `now_ms`. `capacity` is a hint of the timers it will
+    /// hold, which it has no use for today: its keys live in per-minute spaces that grow as
+    /// their minutes fill.
     pub fn with_capacity(now_ms: u64, capacity: usize) -> Self {
+        let _ = capacity;
+        let spaces = Spaces::new(now_ms);
+        let last_ms = spaces.last_ms();
+        let now_ms = now_ms.min(last_ms);
         Self {
-            slab: Slab::with_capacity(capacity),
+            spaces,
+            last_ms,
             pool: Pool::default(),
             ms: Level::new(MS_SLOTS, true),
             seconds: Level::new(SECOND_SLOTS, false),
-            minutes: Level::new(MINUTE_SLOTS, false),
-            overflow: BTreeMap::new(),
             now_ms,
             bound_ms: u64::MAX,
             next_second_ms: next_second_ms(now_ms),
@@ -282,34 +243,25 @@ impl<T: Copy> TimingWheel<T> {
             run: Run::default(),
             build: Build::new(),
             tombstones: 0,
-            sweep: Sweep {
-                active: false,
-                minute: 0,
-                block: 0,
-                prev: None,
-                trigger: SWEEP_TOMBSTONES_MIN,
-                floor: SWEEP_TOMBSTONES_MIN,
-                placements: 0,
-            },
-            touched: 0,
-            touch_sink: 0,
             stats: WorkStats::default(),
         }
     }
 
     /// Pending timers.
     pub fn len(&self) -> usize {
-        self.slab.len()
+        self.spaces.len()
     }
 
     /// Whether no timer is pending.
     pub fn is_empty(&self) -> bool {
-        self.slab.len() == 0
+        self.spaces.len() == 0
     }
 
-    /// Timers whose keys the wheel holds without allocating again.
-    pub fn capacity(&self) -> usize {
-        self.slab.capacity()
+    /// The latest time the wheel keeps, about 8 000 years after its creation: a timer due
+    /// later counts as due then (and reports that as its due time), and a poll later than it
+    /// polls at it.
+    pub fn last_ms(&self) -> u64 {
+        self.last_ms
     }
 
     /// The wheel's time: the latest `now_ms` it was polled at (or created with), held when the
@@ -323,40 +275,60 @@ impl<T: Copy> TimingWheel<T> {
         self.stats
     }
 
-    /// Cancelled or rescheduled timers whose old place in a slot is not reclaimed yet. A
-    /// cancel only marks its timer's entry; the item in the slot is dropped when a cascade, a
-    /// fire or a sweep next reads it. Sweeps keep this at most about the number of live timers
-    /// (or 65 536).
+    /// Cancelled or rescheduled timers whose item is not reclaimed yet. A cancel only marks
+    /// its timer's place gone; a fire drops the item when it meets it, and a far minute's
+    /// chunk of places is compacted once three in four of its places are gone, so that this
+    /// stays within about three times the live timers (plus the items of the next two
+    /// minutes).
     pub fn tombstones(&self) -> u64 {
         self.tombstones
     }
 
     /// Adds a timer due at `due_ms` and returns its key. A due time at or before the wheel's
-    /// time fires at the next poll. Any `due_ms` is accepted, `u64::MAX` included.
+    /// time fires at the next poll. Any `due_ms` is accepted, `u64::MAX` included (one after
+    /// [`last_ms`](Self::last_ms) counts as that).
     ///
     /// # Panics
     ///
-    /// When 2^31 timers are already pending.
+    /// When 2^32 - 1 timers were inserted into one minute.
     pub fn insert(&mut self, due_ms: u64, value: T) -> TimerKey {
-        let taken = self.slab.insert(value);
-        self.place(Item {
-            due_ms,
-            index: taken.index,
-            generation: taken.generation,
-            value,
-        });
-        key(taken.index, taken.generation)
+        let due_ms = due_ms.min(self.last_ms);
+        let effective_ms = due_ms.max(self.now_ms);
+        let minute = effective_ms / MS_PER_MINUTE;
+        let now_minute = self.now_ms / MS_PER_MINUTE;
+        let tier = level_for(self.now_ms, effective_ms);
+        let far = matches!(tier, Tier::Minute | Tier::Overflow);
+        let place = self
+            .spaces
+            .insert(minute, now_minute, due_ms, value, far);
+        let generation = self.spaces.generation(minute);
+        self.bound_ms = self.bound_ms.min(effective_ms);
+        if !far {
+            let item = Item {
+                due_ms,
+                index: place,
+                generation,
+                value,
+            };
+            self.push(effective_ms, item);
+        }
+        key(place, generation)
+    }
+
+    /// Ends a live key: its place is gone, and its item a tombstone (or compacted away).
+    fn end(&mut self, key: TimerKey) -> Option<T> {
+        let minute = self.spaces.minute_of(key.generation.get());
+        let cancelled = self.spaces.cancel(minute, key.index)?;
+        self.tombstones += 1;
+        self.tombstones -= cancelled.dropped;
+        self.stats.tombstones_dropped += cancelled.dropped;
+        self.stats.swept_total += cancelled.read as u64;
+        Some(cancelled.value)
     }
 
     /// Removes a pending timer and returns its value; `None` if the key is stale.
     pub fn cancel(&mut self, key: TimerKey) -> Option<T> {
-        if !self.slab.is_live(key.index, key.generation.get()) {
-            return None;
-        }
-        let value = self.slab.remove(key.index);
-        self.tombstones += 1;
-        self.maybe_start_sweep();
-        Some(value)
+        self.end(key)
     }
 
     /// Moves a pending timer to `due_ms` with its value, and returns its new key (the old
@@ -374,34 +346,27 @@ impl<T: Copy> TimingWheel<T> {
     /// assert_eq!(wheel.poll(1_000), None, "fired once");
     /// ```
     pub fn reschedule(&mut self, key: TimerKey, due_ms: u64) -> Option<TimerKey> {
-        if !self.slab.is_live(key.index, key.generation.get()) {
-            return None;
-        }
-        let value = self.slab.remove(key.index);
-        self.tombstones += 1;
-        let moved = self.insert(due_ms, value);
-        self.maybe_start_sweep();
-        Some(moved)
+        let value = self.end(key)?;
+        Some(self.insert(due_ms, value))
     }
 
     /// Whether the key names a pending timer.
     pub fn contains(&self, key: TimerKey) -> bool {
-        self.slab.is_live(key.index, key.generation.get())
+        let minute = self.spaces.minute_of(key.generation.get());
+        self.spaces.is_live(minute, key.index)
     }
 
     /// The value of a pending timer; `None` if the key is stale.
     pub fn get(&self, key: TimerKey) -> Option<T> {
-        self.contains(key).then(|| self.slab.value(key.index))
+        let minute = self.spaces.minute_of(key.generation.get());
+        self.spaces.value(minute, key.index)
     }
 
     /// Replaces the value of a pending timer, which keeps its due time and key; `false` if the
     /// key is stale.
     pub fn set(&mut self, key: TimerKey, value: T) -> bool {
-        let live = self.contains(key);
-        if live {
-            self.slab.set_value(key.index, value);
-        }
-        live
+        let minute = self.spaces.minute_of(key.generation.get());
+        self.spaces.set(minute, key.index, value)
     }
 
     /// When the timer thread should wake up and poll: never later than the effective due time
@@ -422,18 +387,13 @@ impl<T: Copy> TimingWheel<T> {
     /// When a poll would find cascading to do ahead of time: the next millisecond while the
     /// next second or minute still holds items to move, else the start of the second (or
     /// minute) before the earliest occupied second (or minute) slot, where that slot becomes
-    /// the next one. Also the next millisecond while a sweep is under way, so that a caller
-    /// with no timer due for a while still reclaims the tombstones (and their blocks) step by
-    /// step. `None` when there is nothing to do ahead.
+    /// the next one. `None` when there is nothing to do ahead.
     ///
     /// A caller that sleeps until [`next_due`](Self::next_due) polls at a slot's start and
     /// pays there for moving the whole slot, in one call; one that also wakes at this time
     /// moves it [`CASCADE_PER_POLL_MAX`] items per poll, ahead of time. A timer thread sleeps
     /// until the earlier of the two.
     pub fn look_ahead_due(&self) -> Option<u64> {
-        if self.sweep.active {
-            return Some(self.now_ms.saturating_add(1));
-        }
         if self.is_empty() {
             return None;
         }
@@ -455,13 +415,11 @@ impl<T: Copy> TimingWheel<T> {
             }
         }
         let minute = self.now_ms / MS_PER_MINUTE;
-        let from = slot_for(Tier::Minute, self.now_ms) as usize;
-        if let Some(slot) = self.minutes.first_from(from) {
-            let ahead = ring_distance(from, slot, MINUTE_SLOTS);
-            if ahead >= 2 {
-                let at = (minute + ahead - 1) * MS_PER_MINUTE;
-                due = Some(due.map_or(at, |d| d.min(at)));
-            }
+        if let Some(far) = self.spaces.first_far(minute)
+            && far >= minute + 2
+        {
+            let at = (far - 1) * MS_PER_MINUTE;
+            due = Some(due.map_or(at, |d| d.min(at)));
         }
         due
     }
@@ -473,6 +431,7 @@ impl<T: Copy> TimingWheel<T> {
     /// first call after a jump, which cascades what the look-ahead could not (see the
     /// module docs). Timers come out in non-decreasing effective due order.
     pub fn poll(&mut self, now_ms: u64) -> Option<(TimerKey, u64, T)> {
+        let now_ms = now_ms.min(self.last_ms);
         let before = self.stats.cascaded_total;
         let fired = self.poll_inner(now_ms);
         let moved = self.stats.cascaded_total - before;
@@ -505,6 +464,7 @@ impl<T: Copy> TimingWheel<T> {
         max: usize,
         out: &mut Vec<(TimerKey, u64, T)>,
     ) -> usize {
+        let now_ms = now_ms.min(self.last_ms);
         let before = self.stats.cascaded_total;
         let mut fired = 0;
         while fired < max {
@@ -521,22 +481,19 @@ impl<T: Copy> TimingWheel<T> {
 
     /// Fires up to `max` live items of ms slot `slot` (the slot of the wheel's time) into
     /// `out`, dropping the tombstones among them; returns how many fired. One loop over the
-    /// slot's blocks from their tail, the slab entries of the items ahead read side by side
-    /// first (`touch_ahead`, which looks past this slot into the next ones).
+    /// slot's blocks from their tail.
     fn fire_many(&mut self, slot: usize, max: usize, out: &mut Vec<(TimerKey, u64, T)>) -> usize {
         let (mut fired, mut dropped) = (0, 0u64);
+        let (spaces, ms, pool) = (&mut self.spaces, &mut self.ms, &mut self.pool);
         while fired < max {
-            if self.touched == 0 {
-                self.touch_ahead(slot);
-            }
-            let contents = self.ms.slot_mut(slot);
+            let contents = ms.slot_mut(slot);
             let Some(block) = contents.blocks.last_mut() else {
                 break;
             };
-            let take = block.len().min(max - fired).min(self.touched as usize);
+            let take = block.len().min(max - fired);
             let from = block.len() - take;
             for &item in block[from..].iter().rev() {
-                match take_fired(&mut self.slab, item) {
+                match fire_item(spaces, item) {
                     Some(timer) => {
                         out.push(timer);
                         fired += 1;
@@ -544,11 +501,9 @@ impl<T: Copy> TimingWheel<T> {
                     None => dropped += 1,
                 }
             }
-            self.touched -= take as u32;
             block.truncate(from);
             if block.is_empty() {
-                self.pool
-                    .put(contents.blocks.pop().expect("the tail block"));
+                pool.put(contents.blocks.pop().expect("the tail block"));
             }
         }
         self.ms.settle(slot);
@@ -558,26 +513,29 @@ impl<T: Copy> TimingWheel<T> {
     }
 
     /// Fires up to `max` live items of the run due at the wheel's time into `out`, dropping
-    /// the tombstones among them; returns how many fired. The slab entries of the next
-    /// [`TOUCH_ITEMS`] items are read side by side before they fire, as `touch_ahead` does
-    /// for the millisecond ring.
+    /// the tombstones among them; returns how many fired.
     fn fire_run_many(&mut self, max: usize, out: &mut Vec<(TimerKey, u64, T)>) -> usize {
         let (mut fired, mut dropped) = (0, 0u64);
         let now_ms = self.now_ms;
+        let minute = self.run.minute();
+        let generation = self.spaces.generation(minute);
+        let space = self
+            .spaces
+            .space_mut(minute)
+            .expect("the space of the run's minute");
         while fired < max {
-            let (window, fresh) = self.run.window(TOUCH_ITEMS as usize);
-            if fresh {
-                self.touch_sink ^= read_entries(&self.slab, window);
-            }
+            let window = self.run.ahead(FIRE_BATCH);
             let mut taken = 0;
-            for &item in window {
-                if item.due_ms > now_ms || fired == max {
+            for item in window {
+                let due_ms = self.run.due_ms(item);
+                if due_ms > now_ms || fired == max {
                     break;
                 }
                 taken += 1;
-                match take_fired(&mut self.slab, item) {
-                    Some(timer) => {
-                        out.push(timer);
+                match space.fire(item.place) {
+                    Some(set) => {
+                        let value = set.unwrap_or(item.value);
+                        out.push((key(item.place, generation), due_ms, value));
                         fired += 1;
                     }
                     None => dropped += 1,
@@ -589,6 +547,7 @@ impl<T: Copy> TimingWheel<T> {
                 break;
             }
         }
+        self.spaces.fired(fired);
         self.tombstones -= dropped;
         self.stats.tombstones_dropped += dropped;
         fired
@@ -597,30 +556,21 @@ impl<T: Copy> TimingWheel<T> {
     /// Fires the run's next live item due at the wheel's time, dropping the tombstones before
     /// it; `None` once no item is due there.
     fn fire_run(&mut self) -> Option<(TimerKey, u64, T)> {
-        while let Some(item) = self.run_take() {
-            if let Some(timer) = take_fired(&mut self.slab, item) {
-                return Some(timer);
+        let minute = self.run.minute();
+        while let Some(item) = self.run.peek() {
+            let due_ms = self.run.due_ms(&item);
+            if due_ms > self.now_ms {
+                break;
+            }
+            self.run.skip(1);
+            if let Some(set) = self.spaces.fire(minute, item.place) {
+                let key = key(item.place, self.spaces.generation(minute));
+                return Some((key, due_ms, set.unwrap_or(item.value)));
             }
             self.tombstones -= 1;
             self.stats.tombstones_dropped += 1;
         }
         None
-    }
-
-    /// Takes the run's next item if it is due at the wheel's time, having read the slab
-    /// entries of the items ahead of it side by side when the last such read is used up.
-    #[inline]
-    fn run_take(&mut self) -> Option<Item<T>> {
-        let item = self.run.peek()?;
-        if item.due_ms > self.now_ms {
-            return None;
-        }
-        let (window, fresh) = self.run.window(TOUCH_ITEMS as usize);
-        if fresh {
-            self.touch_sink ^= read_entries(&self.slab, window);
-        }
-        self.run.skip(1);
-        Some(item)
     }
 
     fn poll_inner(&mut self, now_ms: u64) -> Option<(TimerKey, u64, T)> {
@@ -706,9 +656,6 @@ impl<T: Copy> TimingWheel<T> {
     #[inline]
     fn idle_work(&mut self) {
         self.look_ahead();
-        if self.sweep.active {
-            self.sweep_step(SWEEP_ITEMS_PER_STEP);
-        }
     }
 
     /// The effective due time of the earliest occupied slot of the ms ring or of the run's
@@ -728,9 +675,10 @@ impl<T: Copy> TimingWheel<T> {
     /// a live item.
     fn first_live_ms(&self) -> Option<u64> {
         // The run is sorted: the item where the budget ran out bounds the live ones after it.
+        let minute = self.run.minute();
         let run = self.run.rest().enumerate().find_map(|(read, item)| {
-            (self.slab.state(item.index).is_live() || read + 1 == PEEK_ITEMS_MAX)
-                .then_some(item.due_ms)
+            (self.spaces.is_live(minute, item.place) || read + 1 == PEEK_ITEMS_MAX)
+                .then(|| self.run.due_ms(&item))
         });
         earlier(self.first_live_in_ring(), run)
     }
@@ -753,7 +701,8 @@ impl<T: Copy> TimingWheel<T> {
                     break;
                 }
                 budget -= 1;
-                if self.slab.state(item.index).is_live() {
+                let minute = self.spaces.minute_of(item.generation);
+                if self.spaces.is_live(minute, item.index) {
                     live = true;
                     break;
                 }
@@ -778,12 +727,7 @@ impl<T: Copy> TimingWheel<T> {
         if let Some(slot) = self.seconds.first_from(from) {
             lower((second + ring_distance(from, slot, SECOND_SLOTS)) * MS_PER_SECOND);
         }
-        let minute = self.now_ms / MS_PER_MINUTE;
-        let from = slot_for(Tier::Minute, self.now_ms) as usize;
-        if let Some(slot) = self.minutes.first_from(from) {
-            lower((minute + ring_distance(from, slot, MINUTE_SLOTS)) * MS_PER_MINUTE);
-        }
-        if let Some((&minute, _)) = self.overflow.first_key_value() {
+        if let Some(minute) = self.spaces.first_far(self.now_ms / MS_PER_MINUTE) {
             lower(minute * MS_PER_MINUTE);
         }
         if let Some(minute) = self.build.minute() {
@@ -800,7 +744,7 @@ impl<T: Copy> TimingWheel<T> {
         self.now_ms = to_ms;
         let (new_second, new_minute) = (to_ms / MS_PER_SECOND, to_ms / MS_PER_MINUTE);
         if new_minute != minute {
-            self.pull_overflow(new_minute);
+            self.spaces.enter_minute(new_minute);
             self.enter_minute(new_minute);
         }
         if new_second != second {
@@ -826,21 +770,28 @@ impl<T: Copy> TimingWheel<T> {
                 return;
             }
         }
-        let stepped = self.build.step(usize::MAX, &mut self.pool);
-        self.stats.cascaded_total += stepped.moved as u64;
+        self.build_step(usize::MAX);
         self.build.finish_into(&mut self.run);
     }
 
-    /// Takes minute `minute`'s slot out of the minute ring into the (idle) build; returns the
-    /// budget units it spent, `None` if the slot is empty.
+    /// Sorts the build's minute on for about `budget` units.
+    fn build_step(&mut self, budget: usize) -> usize {
+        let Some(minute) = self.build.minute() else {
+            return 0;
+        };
+        let space = self.spaces.space(minute).expect("the space being built");
+        let stepped = self.build.step(budget, space);
+        self.stats.cascaded_total += stepped.moved as u64;
+        stepped.spent
+    }
+
+    /// Takes minute `minute`'s far timers into the (idle) build; returns the budget units it
+    /// spent, `None` if the minute has none.
     fn start_build(&mut self, minute: u64) -> Option<usize> {
-        let slot = slot_for(Tier::Minute, minute * MS_PER_MINUTE) as usize;
-        if self.minutes.is_empty_slot(slot) {
+        if !self.spaces.has_far(minute) {
             return None;
         }
-        let started = self
-            .build
-            .start(minute, self.minutes.take(slot), &mut self.pool);
+        let started = self.build.start(self.spaces.take_far(minute));
         self.stats.cascaded_total += started.moved as u64;
         Some(started.spent)
     }
@@ -855,11 +806,9 @@ impl<T: Copy> TimingWheel<T> {
     fn build_pending(&self) -> bool {
         match self.build.minute() {
             Some(_) => self.build.is_busy(),
-            None => self.next_minute().is_some_and(|minute| {
-                !self
-                    .minutes
-                    .is_empty_slot(slot_for(Tier::Minute, minute * MS_PER_MINUTE) as usize)
-            }),
+            None => self
+                .next_minute()
+                .is_some_and(|minute| self.spaces.has_far(minute)),
         }
     }
 
@@ -886,18 +835,14 @@ impl<T: Copy> TimingWheel<T> {
             }
         }
         if spent < CASCADE_PER_POLL_MAX {
-            let stepped = self
-                .build
-                .step(CASCADE_PER_POLL_MAX - spent, &mut self.pool);
-            self.stats.cascaded_total += stepped.moved as u64;
+            self.build_step(CASCADE_PER_POLL_MAX - spent);
         }
     }
 
     /// Moves up to `budget` items out of second slot `slot` into the ring their due time now
     /// belongs to (the millisecond ring, but at the end of time); returns how many it moved.
     ///
-    /// A sequential copy: tombstones move along unread (reading their slab entries here would
-    /// cost a cache miss each, long before the fire that must read them anyway).
+    /// A sequential copy: tombstones move along unread (the fire drops them).
     fn cascade(&mut self, slot: usize, budget: usize) -> usize {
         if budget == 0 || self.seconds.is_empty_slot(slot) {
             return 0;
@@ -953,53 +898,16 @@ impl<T: Copy> TimingWheel<T> {
         }
     }
 
-    /// Moves the overflow slots that the horizon now reaches into the minute ring, whole.
-    fn pull_overflow(&mut self, minute: u64) {
-        let horizon = minute + MINUTE_SLOTS as u64;
-        while let Some(entry) = self.overflow.first_entry() {
-            if *entry.key() >= horizon {
-                break;
-            }
-            let (due_minute, contents) = entry.remove_entry();
-            // Its ring slot last held a minute before the wheel's time, so it is empty.
-            self.minutes
-                .put((due_minute % MINUTE_SLOTS as u64) as usize, contents);
-        }
-    }
-
-    /// Places a new item at its effective due time.
-    #[inline]
-    fn place(&mut self, item: Item<T>) {
-        let effective_ms = item.due_ms.max(self.now_ms);
-        self.bound_ms = self.bound_ms.min(effective_ms);
-        self.push(effective_ms, item);
-        if self.sweep.active {
-            self.sweep.placements += 1;
-            if self.sweep.placements >= SWEEP_PLACEMENTS_PER_STEP {
-                self.sweep.placements = 0;
-                self.sweep_step(SWEEP_ITEMS_PER_STEP);
-            }
-        }
-    }
-
-    /// Appends an item to the slot of `effective_ms` (at or after the wheel's time).
+    /// Appends a near timer's item to the slot of `effective_ms` (at or after the wheel's
+    /// time, within the next minute).
     #[inline]
     fn push(&mut self, effective_ms: u64, item: Item<T>) {
         let tier = level_for(self.now_ms, effective_ms);
-        let slot = slot_for(tier, effective_ms);
+        let slot = slot_for(tier, effective_ms) as usize;
         match tier {
-            Tier::Ms => self.ms.push(slot as usize, item, &mut self.pool),
-            Tier::Second => self.seconds.push(slot as usize, item, &mut self.pool),
-            Tier::Minute => self.minutes.push(slot as usize, item, &mut self.pool),
-            Tier::Overflow => {
-                // A far minute's first block starts small and grows by doubling, later ones are
-                // whole: jobs spread over the coming weeks touch tens of thousands of minutes a
-                // few items each, and a whole block for each (4 KiB) made up three quarters of
-                // a reopened engine's heap (177 MB for 325 k jobs over 30 days).
-                let contents = self.overflow.entry(slot).or_default();
-                let first = contents.is_empty();
-                contents.push(item, &mut self.pool, first);
-            }
+            Tier::Ms => self.ms.push(slot, item, &mut self.pool),
+            Tier::Second => self.seconds.push(slot, item, &mut self.pool),
+            Tier::Minute | Tier::Overflow => unreachable!("far timers live in their key space"),
         }
     }
 
@@ -1008,236 +916,33 @@ impl<T: Copy> TimingWheel<T> {
     #[inline]
     fn fire(&mut self, slot: usize) -> Option<(TimerKey, u64, T)> {
         loop {
-            if self.touched == 0 {
-                self.touch_ahead(slot);
-            }
             let item = self.ms.pop(slot, &mut self.pool)?;
-            self.touched = self.touched.saturating_sub(1);
-            if let Some(timer) = take_fired(&mut self.slab, item) {
+            if let Some(timer) = fire_item(&mut self.spaces, item) {
                 return Some(timer);
             }
             self.tombstones -= 1;
             self.stats.tombstones_dropped += 1;
         }
     }
-
-    /// Reads the slab entries of the next [`TOUCH_ITEMS`] items to fire (in the order `fire`
-    /// takes them: this slot from its tail, then the next occupied slots of the ms ring) in
-    /// one tight loop. Their entries were last read long ago and are out of cache; read here
-    /// side by side, their misses overlap, and the fires that follow find them in cache.
-    fn touch_ahead(&mut self, slot: usize) {
-        // First the indices (the items are near in memory), then the entries in a loop short
-        // enough that all of its reads are in flight at once.
-        let mut indices = [0u32; TOUCH_ITEMS as usize];
-        let mut n = 0;
-        let mut at = slot;
-        'slots: for _ in 0..TOUCH_SLOTS_MAX {
-            for block in self.ms.slot(at).blocks.iter().rev() {
-                for item in block.iter().rev() {
-                    if n == indices.len() {
-                        break 'slots;
-                    }
-                    indices[n] = item.index;
-                    n += 1;
-                }
-            }
-            match self.ms.first_from((at + 1) % MS_SLOTS) {
-                Some(next) if next != slot => at = next,
-                _ => break,
-            }
-        }
-        let mut sink = 0u64;
-        for &index in &indices[..n] {
-            sink ^= self.slab.touch(index);
-        }
-        // Stored, so that the reads are not optimised away.
-        self.touch_sink ^= sink;
-        self.touched = (n as u32).max(1);
-    }
-
-    /// Starts a sweep once tombstones outnumber the live timers (and the floor), and enough
-    /// of them came since the last pass to pay for a new one.
-    #[inline]
-    fn maybe_start_sweep(&mut self) {
-        if !self.sweep.active
-            && self.tombstones >= self.sweep.trigger
-            && self.tombstones >= self.slab.len() as u64
-        {
-            self.sweep.active = true;
-            self.sweep.placements = 0;
-            self.sweep.seek(0);
-        }
-    }
-
-    /// One step of the sweep: reads about `budget` items of the minute ring (beyond the next
-    /// minute, which cascades soon anyway) and of the overflow, in due order, keeping the live
-    /// ones. Slots nearer than that are left to their cascade.
-    fn sweep_step(&mut self, budget: usize) {
-        let mut read = 0;
-        while read < budget {
-            let minute_now = self.now_ms / MS_PER_MINUTE;
-            let near_end = minute_now + 2;
-            let ring_end = minute_now + MINUTE_SLOTS as u64;
-            if self.sweep.minute < near_end {
-                self.sweep.seek(near_end);
-            }
-            let (contents, ring_slot) = if self.sweep.minute < ring_end {
-                let from = (self.sweep.minute % MINUTE_SLOTS as u64) as usize;
-                let found = self
-                    .minutes
-                    .first_from(from)
-                    .map(|s| self.sweep.minute + ring_distance(from, s, MINUTE_SLOTS))
-                    .filter(|&m| m < ring_end);
-                let Some(minute) = found else {
-                    self.sweep.seek(ring_end);
-                    continue;
-                };
-                if minute != self.sweep.minute {
-                    self.sweep.seek(minute);
-                }
-                let slot = (minute % MINUTE_SLOTS as u64) as usize;
-                (self.minutes.slot_mut(slot), Some(slot))
-            } else {
-                let Some((&minute, contents)) = self.overflow.range_mut(self.sweep.minute..).next()
-                else {
-                    self.finish_sweep();
-                    return;
-                };
-                if minute != self.sweep.minute {
-                    self.sweep.seek(minute);
-                }
-                (contents, None)
-            };
-            let outcome = sweep_slot(
-                contents,
-                &mut self.slab,
-                &mut self.pool,
-                &mut self.sweep,
-                budget - read,
-            );
-            let emptied = contents.is_empty();
-            read += outcome.read;
-            self.tombstones -= outcome.dropped;
-            self.stats.tombstones_dropped += outcome.dropped;
-            self.stats.swept_total += outcome.read as u64;
-            if outcome.done {
-                match ring_slot {
-                    Some(slot) => self.minutes.settle(slot),
-                    None if emptied => {
-                        self.overflow.remove(&self.sweep.minute);
-                    }
-                    None => {}
-                }
-                let next = self.sweep.minute + 1;
-                self.sweep.seek(next);
-            }
-        }
-    }
-
-    fn finish_sweep(&mut self) {
-        self.pool.trim(POOL_BLOCKS_AFTER_SWEEP);
-        self.sweep.active = false;
-        self.sweep.trigger = self.tombstones + (self.slab.len() as u64).max(self.sweep.floor) / 2;
-    }
 }
 
-/// Reads the states of `items`' slab entries in one tight loop, so that their cache misses
-/// overlap; returns what the caller stores so that the reads are not optimised away.
+/// The timer a near item fires, its place marked gone; `None` for a tombstone.
 #[inline]
-fn read_entries<T: Copy>(slab: &Slab<T>, items: &[Item<T>]) -> u64 {
-    items
-        .iter()
-        .fold(0, |sink, item| sink ^ slab.touch(item.index))
-}
-
-/// The timer an item fires, its slab entry released; `None` for a tombstone (whose entry is
-/// released too).
-#[inline(always)]
-fn take_fired<T: Copy>(slab: &mut Slab<T>, item: Item<T>) -> Option<(TimerKey, u64, T)> {
-    match slab.fire(item.index) {
-        Fired::Tombstone => None,
-        Fired::Live(set) => Some((
-            key(item.index, item.generation),
-            item.due_ms,
-            set.unwrap_or(item.value),
-        )),
-    }
-}
-
-/// What one sweep step did in one slot.
-struct Swept {
-    read: usize,
-    dropped: u64,
-    /// Whether the slot is swept to its end (and its emptied blocks gone).
-    done: bool,
-}
-
-/// Sweeps `contents` from the sweep's block on, reading about `budget` items: drops tombstones
-/// block by block, and merges each thinned block into the previous non-empty one while both fit
-/// in one block, so that a swept slot's blocks are on average more than half full.
-fn sweep_slot<T: Copy>(
-    contents: &mut Slot<T>,
-    slab: &mut Slab<T>,
-    pool: &mut Pool<T>,
-    cursor: &mut Sweep,
-    budget: usize,
-) -> Swept {
-    let (mut read, mut dropped) = (0, 0);
-    while cursor.block < contents.blocks.len() {
-        if read >= budget {
-            return Swept {
-                read,
-                dropped,
-                done: false,
-            };
-        }
-        let i = cursor.block;
-        let before = contents.blocks[i].len();
-        contents.blocks[i].retain(|item| !slab.drop_if_gone(item.index));
-        let after = contents.blocks[i].len();
-        read += before;
-        dropped += (before - after) as u64;
-        match cursor.prev {
-            Some(p) if contents.blocks[p].len() + after <= BLOCK_ITEMS => {
-                let (left, right) = contents.blocks.split_at_mut(i);
-                left[p].extend_from_slice(&right[0]);
-                right[0].clear();
-            }
-            _ if after > 0 => cursor.prev = Some(i),
-            _ => {}
-        }
-        cursor.block += 1;
-    }
-    contents.blocks.retain_mut(|block| {
-        if block.is_empty() {
-            pool.put(std::mem::take(block));
-            false
-        } else {
-            true
-        }
-    });
-    Swept {
-        read,
-        dropped,
-        done: true,
-    }
+fn fire_item<T: Copy>(spaces: &mut Spaces<T>, item: Item<T>) -> Option<(TimerKey, u64, T)> {
+    let minute = spaces.minute_of(item.generation);
+    let set = spaces.fire(minute, item.index)?;
+    Some((
+        key(item.index, item.generation),
+        item.due_ms,
+        set.unwrap_or(item.value),
+    ))
 }
 
 #[cfg(test)]
 impl<T: Copy> TimingWheel<T> {
-    /// Lowers the sweep's floor, so that a test with few timers sweeps all the time.
-    pub(crate) fn set_sweep_floor(&mut self, floor: u64) {
-        self.sweep.floor = floor;
-        self.sweep.trigger = floor;
-    }
-
-    /// Items the overflow's blocks have room for: the memory far timers hold in it.
-    pub(crate) fn overflow_capacity(&self) -> usize {
-        self.overflow
-            .values()
-            .flat_map(|slot| &slot.blocks)
-            .map(Vec::capacity)
-            .sum()
+    /// Items the key spaces' chunks have room for: the memory their timers hold.
+    pub(crate) fn spaces_capacity(&self) -> usize {
+        self.spaces.capacity()
     }
 }
 

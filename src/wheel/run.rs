@@ -1,12 +1,12 @@
-//! The minute run: the timers a minute slot held when that minute became the next one, sorted
-//! by due millisecond, fired by a cursor.
+//! The minute run: a minute's far timers (see `spaces.rs`), sorted by due millisecond when
+//! that minute became the next one, fired by a cursor.
 //!
 //! A minute slot used to cascade into the second ring, and each second slot into the
 //! millisecond ring: every timer moved twice, to slots scattered over two rings, and the fire
 //! walked the millisecond slots' block lists. A run moves each timer once, by a counting sort
 //! on its millisecond within the minute (60 000 counters: count, sum, place, clear), and the
-//! fire reads it front to back, so the items to fire next are always the ones after the cursor
-//! (the slab entries ahead are read side by side from there, see `mod.rs`).
+//! fire reads it front to back. A run's item is 16 bytes with a `u64` value: the value, the
+//! timer's place in its minute's space and its millisecond within the minute.
 //!
 //! The sort is built in steps ([`Build::step`], a budget of work units per idle poll, as the
 //! cascades are), while the wheel is in the minute before; the poll that enters the minute
@@ -14,8 +14,8 @@
 //! one never enter its run: they go to the second and millisecond rings, and the fire takes
 //! each millisecond from both.
 
-use super::block::{Item, Pool, Slot};
 use super::level::MS_PER_MINUTE;
+use super::spaces::{CHUNK as SPACE_CHUNK, Far, Space, kept_place};
 
 /// Milliseconds in a minute: one counter each.
 const COUNTERS: usize = MS_PER_MINUTE as usize;
@@ -28,13 +28,26 @@ const GROW_PER_UNIT: usize = 1;
 /// A minute with at most this many items is sorted by comparison in one step (the counters'
 /// sum and clear would cost more than its sort).
 const SMALL_RUN: usize = 256;
-/// Items per chunk of a run's storage (1 MiB): a burst's storage goes back to the allocator a
-/// chunk per step, not in one call (freeing 20 MB of touched pages at once takes 0.4-0.6 ms
-/// here, a pause the look-ahead's budget is there to prevent).
+/// Items per chunk of a run's storage (1 MiB with a `u64` value): a burst's storage goes back
+/// to the allocator a chunk per step, not in one call (freeing 20 MB of touched pages at once
+/// takes 0.4-0.6 ms here, a pause the look-ahead's budget is there to prevent).
 const CHUNK_BITS: u32 = 16;
 const CHUNK: usize = 1 << CHUNK_BITS;
 /// Budget units a chunk given back costs (its 256 pages freed).
 const UNITS_PER_CHUNK_FREED: usize = 256;
+
+const _: () = assert!(size_of::<Item<u64>>() == 16);
+
+/// A far timer in its minute's run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Item<T> {
+    /// The value as of the sort (unless `set` replaced it since, see `spaces.rs`).
+    pub(crate) value: T,
+    /// Its place in the minute's space.
+    pub(crate) place: u32,
+    /// Its due millisecond within the minute.
+    pub(crate) offset: u16,
+}
 
 /// A run's storage: chunks of [`CHUNK`] items, every one full but the last.
 pub(crate) struct Items<T> {
@@ -103,8 +116,9 @@ pub(crate) struct Run<T> {
     items: Items<T>,
     len: usize,
     cursor: usize,
-    /// Items before this were read ahead (their slab entries), see `mod.rs`.
-    touched_to: usize,
+    /// The absolute minute of the run, and its first millisecond.
+    minute: u64,
+    start_ms: u64,
 }
 
 impl<T> Default for Run<T> {
@@ -113,12 +127,24 @@ impl<T> Default for Run<T> {
             items: Items::default(),
             len: 0,
             cursor: 0,
-            touched_to: 0,
+            minute: 0,
+            start_ms: 0,
         }
     }
 }
 
 impl<T: Copy> Run<T> {
+    /// The absolute minute the run's timers are due in.
+    pub(crate) fn minute(&self) -> u64 {
+        self.minute
+    }
+
+    /// The due time of an item of the run.
+    #[inline]
+    pub(crate) fn due_ms(&self, item: &Item<T>) -> u64 {
+        self.start_ms + u64::from(item.offset)
+    }
+
     /// The next item to take (it may be a tombstone).
     #[inline]
     pub(crate) fn peek(&self) -> Option<Item<T>> {
@@ -128,7 +154,7 @@ impl<T: Copy> Run<T> {
     /// The due time of the next item to take.
     #[inline]
     pub(crate) fn next_due(&self) -> Option<u64> {
-        self.peek().map(|item| item.due_ms)
+        self.peek().map(|item| self.due_ms(&item))
     }
 
     /// The items not yet taken.
@@ -136,22 +162,14 @@ impl<T: Copy> Run<T> {
         (self.cursor..self.len).map(|at| self.items.get(at))
     }
 
-    /// The next items to take, up to the end of those read ahead; once those are used up,
-    /// up to `n` new ones (within the next item's chunk), and `true`: the caller reads their
-    /// slab entries side by side before it takes them.
+    /// Up to `n` of the next items to take (within the next item's chunk).
     #[inline]
-    pub(crate) fn window(&mut self, n: usize) -> (&[Item<T>], bool) {
-        if self.cursor < self.touched_to {
-            return (self.items.within_chunk(self.cursor, self.touched_to), false);
-        }
+    pub(crate) fn ahead(&self, n: usize) -> &[Item<T>] {
         if self.cursor == self.len {
-            return (&[], false);
+            return &[];
         }
-        let ahead = self
-            .items
-            .within_chunk(self.cursor, self.len.min(self.cursor + n));
-        self.touched_to = self.cursor + ahead.len();
-        (ahead, true)
+        self.items
+            .within_chunk(self.cursor, self.len.min(self.cursor + n))
     }
 
     /// Moves past the next `n` items.
@@ -184,18 +202,17 @@ enum Phase {
     Done,
 }
 
-/// A minute's run being sorted.
+/// A minute's run being sorted, from the far places of its space (which stay where they are:
+/// the space still answers `get` and `cancel` for them).
 pub(crate) struct Build<T> {
     phase: Phase,
     /// The absolute minute (`ms / 60 000`) being built.
     minute: u64,
-    /// The minute slot's contents, taken out of the ring.
-    source: Slot<T>,
-    /// Where the phase stands: a block of `source` and an item in it, or a counter (or an
+    /// Where the phase stands: a chunk of the space and an item in it, or a counter (or an
     /// item of `out` while growing).
-    block: usize,
+    chunk: usize,
     at: usize,
-    /// The items in `source` (known once counted).
+    /// The far places of the space.
     total: usize,
     /// The running sum while summing.
     sum: u32,
@@ -214,13 +231,57 @@ pub(crate) struct Stepped {
     pub(crate) moved: usize,
 }
 
+/// Calls `f` with each far place of `space`'s chunk `c` from its `at`-th held one on, at most
+/// `n` of them (place, item); returns how many it called it with and whether it reached the
+/// chunk's end.
+#[inline]
+fn for_far<T: Copy>(
+    space: &Space<T>,
+    c: usize,
+    at: usize,
+    n: usize,
+    mut f: impl FnMut(u32, &Far<T>),
+) -> (usize, bool) {
+    let Some((first, items, kept)) = space.far_chunk(c) else {
+        return (0, true);
+    };
+    let end = items.len().min(at.saturating_add(n));
+    match kept {
+        None => {
+            for (i, item) in items[at..end].iter().enumerate() {
+                f(first + (at + i) as u32, item);
+            }
+        }
+        Some(kept) => {
+            let mut place = kept_place(kept, at);
+            for (i, item) in items[at..end].iter().enumerate() {
+                if i > 0 {
+                    place = next_kept(kept, place);
+                }
+                f(first + place, item);
+            }
+        }
+    }
+    (end - at, end == items.len())
+}
+
+/// The kept place after `place` in a compacted chunk.
+fn next_kept(kept: &[u64; SPACE_CHUNK / 64], place: u32) -> u32 {
+    let mut w = (place / 64) as usize;
+    let mut bits = kept[w] & (!1u64 << (place % 64));
+    while bits == 0 {
+        w += 1;
+        bits = kept[w];
+    }
+    (w * 64) as u32 + bits.trailing_zeros()
+}
+
 impl<T: Copy> Build<T> {
     pub(crate) fn new() -> Self {
         Self {
             phase: Phase::Idle,
             minute: 0,
-            source: Slot::default(),
-            block: 0,
+            chunk: 0,
             at: 0,
             total: 0,
             sum: 0,
@@ -240,31 +301,56 @@ impl<T: Copy> Build<T> {
         !matches!(self.phase, Phase::Idle | Phase::Done)
     }
 
-    /// Takes minute `minute`'s slot contents to sort (the build is idle). A small minute is
-    /// sorted here and now.
-    pub(crate) fn start(&mut self, minute: u64, source: Slot<T>, pool: &mut Pool<T>) -> Stepped {
+    /// The item of a far place, its offset checked.
+    #[inline]
+    fn item(&self, place: u32, far: &Far<T>) -> Item<T> {
+        let offset = far.due_ms.wrapping_sub(self.minute * MS_PER_MINUTE);
+        assert!(
+            offset < MS_PER_MINUTE,
+            "place {place} due at {} in the space of minute {}",
+            far.due_ms,
+            self.minute
+        );
+        Item {
+            value: far.value,
+            place,
+            offset: offset as u16,
+        }
+    }
+
+    /// Takes minute `minute`'s far places to sort (the build is idle; the space's far places
+    /// are frozen from now on). A small minute is sorted here and now.
+    pub(crate) fn start(&mut self, space: &Space<T>) -> Stepped {
         assert_eq!(self.phase, Phase::Idle, "one minute is built at a time");
-        self.minute = minute;
-        self.source = source;
-        self.total = self.source.blocks.iter().map(Vec::len).sum();
+        self.minute = space.minute();
+        self.total = (0..)
+            .map_while(|c| space.far_chunk(c))
+            .map(|(_, items, _)| items.len())
+            .sum();
         if self.total > SMALL_RUN {
             self.seek(Phase::Count);
             return Stepped { spent: 1, moved: 0 };
         }
-        self.small.clear();
-        for block in self.source.blocks.drain(..) {
-            self.small.extend_from_slice(&block);
-            pool.put(block);
+        let mut small = std::mem::take(&mut self.small);
+        small.clear();
+        for c in 0.. {
+            if space.far_chunk(c).is_none() {
+                break;
+            }
+            for_far(space, c, 0, usize::MAX, |place, far| {
+                small.push(self.item(place, far));
+            });
         }
-        self.small.sort_unstable_by_key(|item| item.due_ms);
-        if let Some(&filler) = self.small.first() {
+        small.sort_unstable_by_key(|item| item.offset);
+        if let Some(&filler) = small.first() {
             while self.out.len() < self.total {
                 self.out.grow(self.total, filler);
             }
         }
-        for (at, &item) in self.small.iter().enumerate() {
+        for (at, &item) in small.iter().enumerate() {
             self.out.set(at, item);
         }
+        self.small = small;
         let shed = self.out.shed(self.total);
         self.phase = Phase::Done;
         Stepped {
@@ -275,25 +361,31 @@ impl<T: Copy> Build<T> {
 
     fn seek(&mut self, phase: Phase) {
         self.phase = phase;
-        self.block = 0;
+        self.chunk = 0;
         self.at = 0;
     }
 
-    /// The counter of an item's millisecond within the minute.
+    /// Walks on over the space's far places, at most `n` of them; returns how many.
     #[inline]
-    fn counter(&self, item: &Item<T>) -> usize {
-        let offset = item.due_ms - self.minute * MS_PER_MINUTE;
-        assert!(
-            offset < MS_PER_MINUTE,
-            "item due at {} in the slot of minute {}",
-            item.due_ms,
-            self.minute
-        );
-        offset as usize
+    fn walk(&mut self, space: &Space<T>, n: usize, mut f: impl FnMut(&Self, u32, &Far<T>)) -> Option<usize> {
+        space.far_chunk(self.chunk)?;
+        let this = &*self;
+        let (walked, done) = for_far(space, self.chunk, self.at, n, |place, far| f(this, place, far));
+        if done {
+            self.chunk += 1;
+            self.at = 0;
+        } else {
+            self.at += walked;
+        }
+        Some(walked)
     }
 
-    /// Sorts on for about `budget` units; stops early once done.
-    pub(crate) fn step(&mut self, budget: usize, pool: &mut Pool<T>) -> Stepped {
+    /// Sorts on for about `budget` units; stops early once done. `space` is the minute's.
+    pub(crate) fn step(&mut self, budget: usize, space: &Space<T>) -> Stepped {
+        assert!(
+            !self.is_busy() || space.minute() == self.minute,
+            "the space of the minute being built"
+        );
         let mut stepped = Stepped { spent: 0, moved: 0 };
         while stepped.spent < budget && self.is_busy() {
             let left = budget - stepped.spent;
@@ -302,20 +394,14 @@ impl<T: Copy> Build<T> {
                     if self.counts.is_empty() {
                         self.counts = vec![0; COUNTERS];
                     }
-                    let Some(block) = self.source.blocks.get(self.block) else {
-                        self.seek(Phase::Grow);
-                        continue;
-                    };
-                    let end = block.len().min(self.at.saturating_add(left));
-                    for item in &block[self.at..end] {
-                        let counter = self.counter(item);
-                        self.counts[counter] += 1;
-                    }
-                    stepped.spent += end - self.at;
-                    self.at = end;
-                    if self.at == block.len() {
-                        self.block += 1;
-                        self.at = 0;
+                    let mut counts = std::mem::take(&mut self.counts);
+                    let walked = self.walk(space, left, |this, place, far| {
+                        counts[usize::from(this.item(place, far).offset)] += 1;
+                    });
+                    self.counts = counts;
+                    match walked {
+                        Some(n) => stepped.spent += n.max(1),
+                        None => self.seek(Phase::Grow),
                     }
                 }
                 Phase::Grow => {
@@ -329,8 +415,14 @@ impl<T: Copy> Build<T> {
                         self.seek(Phase::Sum);
                         continue;
                     }
-                    let filler = self.source.blocks.iter().flatten().next();
-                    let filler = *filler.expect("a minute of more than SMALL_RUN items");
+                    let (place, far) = (0..)
+                        .map_while(|c| space.far_chunk(c))
+                        .find_map(|(first, items, kept)| {
+                            let at = kept.map_or(0, |k| kept_place(k, 0));
+                            items.first().map(|far| (first + at, *far))
+                        })
+                        .expect("a minute of more than SMALL_RUN items");
+                    let filler = self.item(place, &far);
                     let grown = self.out.grow(
                         (self.total - room).min(left.saturating_mul(GROW_PER_UNIT)),
                         filler,
@@ -352,28 +444,22 @@ impl<T: Copy> Build<T> {
                     }
                 }
                 Phase::Place => {
-                    if self.block == self.source.blocks.len() {
-                        self.source.blocks.clear();
-                        self.seek(Phase::Clear);
-                        continue;
-                    }
-                    let block = std::mem::take(&mut self.source.blocks[self.block]);
-                    let end = block.len().min(self.at.saturating_add(left));
-                    for &item in &block[self.at..end] {
-                        let counter = self.counter(&item);
-                        let place = &mut self.counts[counter];
-                        self.out.set(*place as usize, item);
-                        *place += 1;
-                    }
-                    stepped.spent += end - self.at;
-                    stepped.moved += end - self.at;
-                    self.at = end;
-                    if self.at == block.len() {
-                        pool.put(block);
-                        self.block += 1;
-                        self.at = 0;
-                    } else {
-                        self.source.blocks[self.block] = block;
+                    let mut counts = std::mem::take(&mut self.counts);
+                    let mut out = std::mem::take(&mut self.out);
+                    let walked = self.walk(space, left, |this, place, far| {
+                        let item = this.item(place, far);
+                        let at = &mut counts[usize::from(item.offset)];
+                        out.set(*at as usize, item);
+                        *at += 1;
+                    });
+                    self.counts = counts;
+                    self.out = out;
+                    match walked {
+                        Some(n) => {
+                            stepped.spent += n.max(1);
+                            stepped.moved += n;
+                        }
+                        None => self.seek(Phase::Clear),
                     }
                 }
                 Phase::Clear => {
@@ -400,7 +486,8 @@ impl<T: Copy> Build<T> {
         std::mem::swap(&mut run.items, &mut self.out);
         run.len = self.total;
         run.cursor = 0;
-        run.touched_to = 0;
+        run.minute = self.minute;
+        run.start_ms = self.minute * MS_PER_MINUTE;
         self.phase = Phase::Idle;
     }
 }
@@ -409,28 +496,13 @@ impl<T: Copy> Build<T> {
 mod tests {
     use super::*;
 
-    fn slot_of(dues: &[u64]) -> (Slot<u64>, Pool<u64>) {
-        let mut pool = Pool::default();
-        let mut slot = Slot::default();
-        for (i, &due_ms) in dues.iter().enumerate() {
-            let item = Item {
-                due_ms,
-                index: i as u32,
-                generation: 1,
-                value: i as u64,
-            };
-            slot.push(item, &mut pool, false);
-        }
-        (slot, pool)
-    }
-
     fn sorted_by_steps(minute: u64, dues: &[u64], budget: usize) -> (Vec<u64>, usize) {
-        let (slot, mut pool) = slot_of(dues);
+        let space = Space::for_test(minute, dues, &[]);
         let mut build = Build::new();
         let mut steps = 1;
-        let mut moved = build.start(minute, slot, &mut pool).moved;
+        let mut moved = build.start(&space).moved;
         while build.is_busy() {
-            let stepped = build.step(budget, &mut pool);
+            let stepped = build.step(budget, &space);
             assert!(
                 stepped.spent <= budget.saturating_add(CHEAP_PER_UNIT),
                 "a step keeps its budget"
@@ -441,22 +513,30 @@ mod tests {
         let mut run = Run::default();
         build.finish_into(&mut run);
         assert_eq!(moved, dues.len(), "each item moved once");
-        (run.rest().map(|i| i.due_ms).collect(), steps)
+        let sorted: Vec<u64> = run.rest().map(|i| run.due_ms(&i)).collect();
+        let mut places: Vec<u32> = run.rest().map(|i| i.place).collect();
+        places.sort_unstable();
+        assert!(places.iter().enumerate().all(|(i, &p)| p as usize == i), "every place once");
+        (sorted, steps)
     }
 
-    #[test]
-    fn a_minute_comes_out_sorted_by_due_whatever_the_budget() {
-        let minute = 28_333_335;
+    fn dues(minute: u64, n: usize, seed: u64) -> Vec<u64> {
         let start = minute * MS_PER_MINUTE;
-        let mut state = 9u64;
-        let dues: Vec<u64> = (0..5_000)
+        let mut state = seed;
+        (0..n)
             .map(|_| {
                 state = state
                     .wrapping_mul(6_364_136_223_846_793_005)
                     .wrapping_add(1);
                 start + (state >> 33) % MS_PER_MINUTE
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn a_minute_comes_out_sorted_by_due_whatever_the_budget() {
+        let minute = 28_333_335;
+        let dues = dues(minute, 5_000, 9);
         let mut expected = dues.clone();
         expected.sort_unstable();
         for budget in [1, 7, 1024, usize::MAX] {
@@ -466,6 +546,30 @@ mod tests {
                 assert!(steps > 10, "a big minute takes several steps: {steps}");
             }
         }
+    }
+
+    #[test]
+    fn a_compacted_space_sorts_its_kept_places_with_their_own_places() {
+        let minute = 28_333_335;
+        let dues = dues(minute, 5_000, 11);
+        // Cancel three in four of the first four chunks' places, which compacts them.
+        let cancel: Vec<u32> = (0..4 * SPACE_CHUNK as u32).filter(|p| p % 4 != 1).collect();
+        let space = Space::for_test(minute, &dues, &cancel);
+        let mut build = Build::new();
+        build.start(&space);
+        build.step(usize::MAX, &space);
+        let mut run = Run::default();
+        build.finish_into(&mut run);
+        let mut got: Vec<(u64, u32)> = run.rest().map(|i| (run.due_ms(&i), i.place)).collect();
+        let mut expected: Vec<(u64, u32)> = (0..dues.len() as u32)
+            .filter(|p| !cancel.contains(p))
+            .map(|p| (dues[p as usize], p))
+            .collect();
+        assert!(run.rest().all(|i| i.value == u64::from(i.place)), "values by place");
+        assert!(run.rest().zip(run.rest().skip(1)).all(|(a, b)| a.offset <= b.offset));
+        got.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(got, expected, "the kept places and no other");
     }
 
     #[test]
@@ -479,50 +583,43 @@ mod tests {
 
     #[test]
     fn the_room_of_a_burst_is_given_back_a_chunk_per_step() {
-        let mut pool = Pool::default();
         let mut build = Build::new();
         let mut run = Run::default();
         let burst = 5 * CHUNK;
         for (minute, n) in [(1u64, burst), (2, 1_000), (3, 1_000), (4, 100)] {
-            let (slot, _) = slot_of(&vec![minute * MS_PER_MINUTE + 7; n]);
-            build.start(minute, slot, &mut pool);
+            let space = Space::for_test(minute, &vec![minute * MS_PER_MINUTE + 7; n], &[]);
+            build.start(&space);
             while build.is_busy() {
-                let stepped = build.step(1024, &mut pool);
+                let stepped = build.step(1024, &space);
                 assert!(stepped.spent <= 1024 + UNITS_PER_CHUNK_FREED);
             }
             run.cursor = run.len;
             build.finish_into(&mut run);
             assert_eq!(run.rest().count(), n);
-            assert!(
-                run.rest()
-                    .all(|item| item.due_ms == minute * MS_PER_MINUTE + 7)
-            );
+            assert!(run.rest().all(|item| run.due_ms(&item) == minute * MS_PER_MINUTE + 7));
         }
         let chunks = run.items.chunks.len() + build.out.chunks.len();
         assert!(chunks <= 3, "{chunks} chunks kept after the burst's five");
     }
 
     #[test]
-    fn a_run_reads_ahead_within_a_chunk_and_only_once_used_up() {
-        let (slot, mut pool) = slot_of(&vec![MS_PER_MINUTE; CHUNK + 10]);
+    fn a_run_hands_out_its_items_ahead_within_a_chunk() {
+        let space = Space::for_test(1, &vec![MS_PER_MINUTE; CHUNK + 10], &[]);
         let mut build = Build::new();
-        build.start(1, slot, &mut pool);
-        build.step(usize::MAX, &mut pool);
+        build.start(&space);
+        build.step(usize::MAX, &space);
         let mut run = Run::default();
         build.finish_into(&mut run);
-        assert_eq!(run.window(64).0.len(), 64);
+        assert_eq!(run.ahead(64).len(), 64);
         run.skip(60);
-        let (window, fresh) = run.window(64);
-        assert_eq!((window.len(), fresh), (4, false), "the rest read ahead");
-        run.skip(4);
-        let expected = run.items.chunks[0][64..128].to_vec();
-        assert_eq!(run.window(64), (&expected[..], true));
-        run.skip(CHUNK - 3 - 64);
-        assert_eq!(run.window(64).0.len(), 3, "to the end of its chunk");
+        let expected = run.items.chunks[0][60..124].to_vec();
+        assert_eq!(run.ahead(64), &expected[..]);
+        run.skip(CHUNK - 3 - 60);
+        assert_eq!(run.ahead(64).len(), 3, "to the end of its chunk");
         run.skip(3);
         let expected = run.items.chunks[1][..10].to_vec();
-        assert_eq!(run.window(64), (&expected[..], true));
+        assert_eq!(run.ahead(64), &expected[..]);
         run.skip(10);
-        assert!(run.window(64).0.is_empty() && run.is_exhausted());
+        assert!(run.ahead(64).is_empty() && run.is_exhausted());
     }
 }

@@ -87,15 +87,24 @@ fn clock_going_backwards_is_held() {
 }
 
 #[test]
-fn u64_max_is_a_valid_due_time() {
+fn u64_max_is_a_valid_due_time_and_counts_as_the_last_one_kept() {
     let mut wheel = TimingWheel::new(T0);
+    let last = wheel.last_ms();
+    assert!(last > T0 + 8_000 * 365 * 86_400_000, "about 8,000 years ahead");
     wheel.insert(u64::MAX, 1);
-    wheel.insert(u64::MAX - 1, 2);
-    assert_eq!(drain(&mut wheel, u64::MAX - 2), vec![]);
-    assert_eq!(
-        drain(&mut wheel, u64::MAX),
-        vec![(u64::MAX - 1, 2), (u64::MAX, 1)]
-    );
+    wheel.insert(last - 1, 2);
+    wheel.insert(last, 3);
+    assert_eq!(drain(&mut wheel, last - 2), vec![]);
+    let mut fired = drain(&mut wheel, u64::MAX);
+    assert_eq!(wheel.now_ms(), last, "the wheel's time stops there");
+    fired[1..].sort_unstable();
+    assert_eq!(fired, vec![(last - 1, 2), (last, 1), (last, 3)]);
+    // A wheel created at the end of time keeps its last minute.
+    let mut end = TimingWheel::new(u64::MAX - 5);
+    assert_eq!(end.last_ms(), u64::MAX);
+    end.insert(u64::MAX, 7);
+    end.insert(u64::MAX - 9, 8);
+    assert_eq!(drain(&mut end, u64::MAX), vec![(u64::MAX - 9, 8), (u64::MAX, 7)]);
 }
 
 #[test]
@@ -140,11 +149,9 @@ fn sweeping_all_the_time_keeps_the_model() {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     }
-    let mut swept_seeds = 0;
     for seed in 0..40u64 {
         let mut rng = seed;
         let mut wheel = TimingWheel::new(T0);
-        wheel.set_sweep_floor(4);
         // (effective due, value) -> key; value -> (effective due, key)
         let mut model: BTreeMap<(u64, u64), TimerKey> = BTreeMap::new();
         let mut by_value: HashMap<u64, (u64, TimerKey)> = HashMap::new();
@@ -202,12 +209,6 @@ fn sweeping_all_the_time_keeps_the_model() {
                 }
             }
             assert_eq!(wheel.len(), model.len());
-            assert!(
-                wheel.tombstones() <= 4 * (model.len() as u64 + 64),
-                "tombstones {} for {} live",
-                wheel.tombstones(),
-                model.len()
-            );
         }
         while let Some(next) = wheel.next_due() {
             clock = clock.max(next);
@@ -221,19 +222,15 @@ fn sweeping_all_the_time_keeps_the_model() {
             "seed {seed}: {} timers never fired",
             model.len()
         );
-        swept_seeds += u32::from(wheel.work_stats().swept_total > 0);
+        assert_eq!(wheel.tombstones(), 0, "seed {seed}: every tombstone dropped");
     }
-    assert!(
-        swept_seeds >= 30,
-        "the sweep ran in only {swept_seeds} of 40 seeds"
-    );
 }
 
 #[test]
-fn sparse_far_minutes_hold_small_blocks_and_dense_ones_whole_blocks() {
+fn sparse_far_minutes_hold_small_chunks_and_dense_ones_whole_chunks() {
     // Jobs spread over the coming weeks: a few in each of thousands of minutes beyond the
-    // minute ring. A whole block per minute (256 items) made 4 KiB for each; the first block
-    // of an overflow minute starts small and grows.
+    // minute ring. A whole chunk per minute (1,024 places) would make 16 KiB for each; the
+    // first chunk of a space starts small and grows.
     let mut wheel = TimingWheel::new(T0);
     let far = T0 + 100 * crate::config::HOUR_MS;
     let minutes = 5_000u64;
@@ -242,20 +239,20 @@ fn sparse_far_minutes_hold_small_blocks_and_dense_ones_whole_blocks() {
             wheel.insert(far + m * 60_000 + k, m);
         }
     }
-    let capacity = wheel.overflow_capacity();
+    let capacity = wheel.spaces_capacity();
     assert!(
         capacity <= 4 * 3 * minutes as usize,
         "{capacity} items of room for {} far timers",
         3 * minutes
     );
-    // A dense far minute grows to whole blocks: no more than one block's slack.
+    // A dense far minute grows to whole chunks: no more than one chunk's slack.
     let dense = far + minutes * 60_000;
     for k in 0..10_000u64 {
         wheel.insert(dense + k % 60_000, k);
     }
-    let dense_capacity = wheel.overflow_capacity() - capacity;
+    let dense_capacity = wheel.spaces_capacity() - capacity;
     assert!(
-        (10_000..10_000 + BLOCK_ITEMS).contains(&dense_capacity),
+        (10_000..10_000 + spaces::CHUNK).contains(&dense_capacity),
         "{dense_capacity} items of room for 10000 timers in one minute"
     );
     // Every timer still fires at its millisecond.
@@ -274,51 +271,46 @@ fn sparse_far_minutes_hold_small_blocks_and_dense_ones_whole_blocks() {
     assert_eq!(fired, 3 * minutes + 10_000);
 }
 
-/// A wheel left idle after most of its timers were cancelled asks to be polled
-/// (`look_ahead_due` the next millisecond) until its sweep reclaimed them, then gives the
-/// blocks the sweep emptied back to the allocator, but for a few it keeps.
+/// Cancelling most far timers (timeouts that almost all get cancelled) gives their memory
+/// back as the cancels come: a far minute's full chunks are compacted to their live places,
+/// with no pass to wait for.
 #[test]
-fn an_idle_wheel_sweeps_its_tombstones_when_woken_and_gives_the_blocks_back() {
+fn cancelling_most_far_timers_compacts_their_chunks_as_it_goes() {
     let mut wheel = TimingWheel::new(T0);
-    // Due over the hour after the next minute: where sweeps read.
+    // Due over the hour after the next minute: far, in about 50 minutes' spaces.
     let keys: Vec<TimerKey> = (0..300_000u64)
         .map(|k| wheel.insert(T0 + 120_000 + (k * 7_919) % 3_000_000, k))
         .collect();
+    let full = wheel.spaces_capacity();
+    assert!(full >= 300_000);
     for (k, &key) in keys.iter().enumerate() {
         if k % 10 != 0 {
-            assert!(wheel.cancel(key).is_some());
+            assert_eq!(wheel.cancel(key), Some(k as u64));
         }
     }
     assert_eq!(wheel.len(), 30_000);
-    assert!(wheel.tombstones() >= 270_000);
-    // A timer thread sleeps until the earlier of `next_due` and `look_ahead_due`.
-    let mut now_ms = T0;
-    let mut wakes = 0;
-    while wheel.tombstones() > 0 {
-        let wake = wheel
-            .look_ahead_due()
-            .expect("work ahead while tombstones are left");
-        assert!(
-            wake <= now_ms + 1,
-            "woken at once while sweeping, not at {wake}"
-        );
-        now_ms = wake;
-        assert_eq!(wheel.poll(now_ms), None, "nothing is due for two minutes");
-        wakes += 1;
-        assert!(
-            wakes < 1_000,
-            "the sweep ends: {} tombstones left",
-            wheel.tombstones()
-        );
+    // A full chunk keeps at most four times its live places; each minute's last chunk is
+    // not full and keeps all of its places.
+    let slack = 52 * spaces::CHUNK;
+    let capacity = wheel.spaces_capacity();
+    assert!(capacity <= 4 * 30_000 + slack, "{capacity} places kept of {full}");
+    assert!(wheel.tombstones() <= 3 * 30_000 + slack as u64, "{}", wheel.tombstones());
+    assert!(wheel.work_stats().swept_total > 0);
+    for (k, &key) in keys.iter().enumerate() {
+        assert_eq!(wheel.get(key), (k % 10 == 0).then_some(k as u64), "key {k}");
     }
-    assert!(
-        wheel.look_ahead_due().is_none_or(|at| at > now_ms + 1),
-        "no more wakes for the sweep once it is done"
-    );
-    assert!(
-        wheel.pool.free_blocks() <= block::POOL_BLOCKS_AFTER_SWEEP,
-        "{} empty blocks kept",
-        wheel.pool.free_blocks()
-    );
-    assert_eq!(wheel.len(), 30_000);
+    // Every live one fires once, at its time, and every tombstone goes.
+    let mut fired = 0;
+    let mut now_ms = T0;
+    while let Some(next) = wheel.next_due() {
+        now_ms = now_ms.max(next);
+        while let Some((key, due, v)) = wheel.poll(now_ms) {
+            assert_eq!(v % 10, 0);
+            assert_eq!(keys[v as usize], key);
+            assert_eq!(due, T0 + 120_000 + (v * 7_919) % 3_000_000);
+            fired += 1;
+        }
+    }
+    assert_eq!(fired, 30_000);
+    assert_eq!(wheel.tombstones(), 0);
 }
