@@ -15,7 +15,7 @@
 //! each millisecond from both.
 
 use super::level::MS_PER_MINUTE;
-use super::spaces::{CHUNK as SPACE_CHUNK, Far, Space, kept_place};
+use super::spaces::{CHUNK as SPACE_CHUNK, Far, FarChunk, Space, kept_place};
 
 /// Milliseconds in a minute: one counter each.
 const COUNTERS: usize = MS_PER_MINUTE as usize;
@@ -242,7 +242,7 @@ fn for_far<T: Copy>(
     n: usize,
     mut f: impl FnMut(u32, &Far<T>),
 ) -> (usize, bool) {
-    let Some((first, items, kept)) = space.far_chunk(c) else {
+    let Some(FarChunk { first, items, kept }) = space.far_chunk(c) else {
         return (0, true);
     };
     let end = items.len().min(at.saturating_add(n));
@@ -325,7 +325,7 @@ impl<T: Copy> Build<T> {
         self.minute = space.minute();
         self.total = (0..)
             .map_while(|c| space.far_chunk(c))
-            .map(|(_, items, _)| items.len())
+            .map(|chunk| chunk.items.len())
             .sum();
         if self.total > SMALL_RUN {
             self.seek(Phase::Count);
@@ -417,9 +417,9 @@ impl<T: Copy> Build<T> {
                     }
                     let (place, far) = (0..)
                         .map_while(|c| space.far_chunk(c))
-                        .find_map(|(first, items, kept)| {
-                            let at = kept.map_or(0, |k| kept_place(k, 0));
-                            items.first().map(|far| (first + at, *far))
+                        .find_map(|chunk| {
+                            let at = chunk.kept.map_or(0, |k| kept_place(k, 0));
+                            chunk.items.first().map(|far| (chunk.first + at, *far))
                         })
                         .expect("a minute of more than SMALL_RUN items");
                     let filler = self.item(place, &far);

@@ -100,6 +100,16 @@ pub(crate) struct Space<T> {
     chunks: Vec<Chunk<T>>,
 }
 
+/// A chunk's far places, as a build reads them.
+pub(crate) struct FarChunk<'a, T> {
+    /// The chunk's first place.
+    pub(crate) first: u32,
+    /// The items of its far places it holds, in place order.
+    pub(crate) items: &'a [Far<T>],
+    /// Which places those are, once compacted (else all of them, from `first` on).
+    pub(crate) kept: Option<&'a [u64; CHUNK_WORDS]>,
+}
+
 /// What a cancel left behind.
 pub(crate) struct Cancelled<T> {
     pub(crate) value: T,
@@ -271,7 +281,7 @@ impl<T: Copy> Space<T> {
     /// The far places a build sorts, chunk by chunk: the places each chunk holds below
     /// `far_end`, with their items (gone ones included: the run drops them when it meets
     /// them).
-    pub(crate) fn far_chunk(&self, c: usize) -> Option<(u32, &[Far<T>], Option<&[u64; CHUNK_WORDS]>)> {
+    pub(crate) fn far_chunk(&self, c: usize) -> Option<FarChunk<'_, T>> {
         let chunk = self.chunks.get(c)?;
         let first = (c * CHUNK) as u32;
         if first >= self.far_end {
@@ -279,11 +289,19 @@ impl<T: Copy> Space<T> {
         }
         let far = (self.far_end - first) as usize;
         match &chunk.kept {
-            None => Some((first, &chunk.items[..far.min(chunk.items.len())], None)),
+            None => Some(FarChunk {
+                first,
+                items: &chunk.items[..far.min(chunk.items.len())],
+                kept: None,
+            }),
             Some(kept) => {
                 // The kept places below `far_end` (near ones may follow them).
                 let far = rank_before(kept, far);
-                Some((first, &chunk.items[..far], Some(kept)))
+                Some(FarChunk {
+                    first,
+                    items: &chunk.items[..far],
+                    kept: Some(kept),
+                })
             }
         }
     }
@@ -309,7 +327,7 @@ impl Space<u64> {
 fn rank_before(kept: &[u64; CHUNK_WORDS], end: usize) -> usize {
     let end = end.min(CHUNK);
     let whole: u32 = kept[..end / 64].iter().map(|k| k.count_ones()).sum();
-    let part = if end % 64 == 0 {
+    let part = if end.is_multiple_of(64) {
         0
     } else {
         (kept[end / 64] & ((1u64 << (end % 64)) - 1)).count_ones()
