@@ -298,7 +298,9 @@ impl Occupancy {
 
     #[inline]
     pub(crate) fn is_set(&self, slot: usize) -> bool {
-        self.words[slot / 64] & (1u64 << (slot % 64)) != 0
+        // The summary first: an empty ring (the millisecond ring, when every timer is in the
+        // minute's run) answers without a read of its words.
+        self.summary & (1u64 << (slot / 64)) != 0 && self.words[slot / 64] & (1u64 << (slot % 64)) != 0
     }
 
     /// The first set slot at or after `from`, going around the ring once.

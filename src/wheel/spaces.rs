@@ -26,6 +26,9 @@ use std::collections::BTreeMap;
 
 use super::level::{MINUTE_SLOTS, MS_PER_MINUTE, Occupancy};
 
+/// Seconds in a minute.
+pub(crate) const SECONDS: usize = 60;
+
 /// Places per chunk of a space (a full chunk is never moved: a space of a million timers grows
 /// without copying itself).
 const CHUNK_BITS: u32 = 10;
@@ -94,10 +97,24 @@ pub(crate) struct Space<T> {
     built: bool,
     /// A bit per place: fired, cancelled or moved.
     gone: Vec<u64>,
+    /// The far places the chunks hold, by second of the minute they are due in: what the
+    /// build's first pass needs to place each second's timers together (see `run.rs`).
+    far_seconds: [u32; SECONDS],
     /// A bit per place whose value `set` replaced after its item was made; empty until the
     /// first `set`.
     set: Vec<u64>,
     chunks: Vec<Chunk<T>>,
+}
+
+/// The second of `minute` a far place's due time is in.
+#[inline]
+fn second_of(minute: u64, due_ms: u64) -> usize {
+    let offset = due_ms.wrapping_sub(minute * MS_PER_MINUTE);
+    assert!(
+        offset < MS_PER_MINUTE,
+        "a far place due at {due_ms} in the space of minute {minute}"
+    );
+    (offset / 1_000) as usize
 }
 
 /// A chunk's far places, as a build reads them.
@@ -128,9 +145,15 @@ impl<T: Copy> Space<T> {
             live: 0,
             built: false,
             gone: Vec::new(),
+            far_seconds: [0; SECONDS],
             set: Vec::new(),
             chunks: Vec::new(),
         }
+    }
+
+    /// How many far places the chunks hold, by second of the minute.
+    pub(crate) fn far_seconds(&self) -> [u32; SECONDS] {
+        self.far_seconds
     }
 
     /// The absolute minute.
@@ -171,6 +194,8 @@ impl<T: Copy> Space<T> {
             assert_eq!(self.far_end, place, "far places come before near ones");
             assert!(!self.built, "a far place in minute {} once built", self.minute);
             self.far_end = place + 1;
+            let second = second_of(self.minute, due_ms);
+            self.far_seconds[second] += 1;
         }
         if place.is_multiple_of(64) {
             self.gone.push(0);
@@ -241,6 +266,7 @@ impl<T: Copy> Space<T> {
         let words = places.div_ceil(64);
         let gone = &self.gone[first / 64..first / 64 + words];
         let chunk = &mut self.chunks[c];
+        let far_seconds = &mut self.far_seconds;
         let mut kept = Box::new([0u64; CHUNK_WORDS]);
         let mut items = Vec::with_capacity(usize::from(chunk.live));
         for (w, &gone) in gone.iter().enumerate() {
@@ -249,6 +275,13 @@ impl<T: Copy> Space<T> {
                 None if (w + 1) * 64 <= places => !0,
                 None => (1u64 << (places % 64)) - 1,
             };
+            let mut dropped = held & gone;
+            while dropped != 0 {
+                let at = w * 64 + dropped.trailing_zeros() as usize;
+                dropped &= dropped - 1;
+                let slot = chunk.slot(at).expect("a held place");
+                far_seconds[second_of(self.minute, chunk.items[slot].due_ms)] -= 1;
+            }
             let mut live = held & !gone;
             kept[w] = live;
             while live != 0 {
@@ -361,13 +394,13 @@ pub(crate) struct Spaces<T> {
     last: u64,
     /// `ring[minute % MINUTE_SLOTS]` holds minute `minute`'s space while it is within the
     /// ring's window; allocated at the first insert.
-    ring: Vec<Option<Space<T>>>,
+    ring: Vec<Option<Box<Space<T>>>>,
     /// Ring slots holding a space.
     held: Occupancy,
     /// Ring slots whose space has far places not built yet.
     far: Occupancy,
     /// Spaces of minutes beyond the ring's window.
-    overflow: BTreeMap<u64, Space<T>>,
+    overflow: BTreeMap<u64, Box<Space<T>>>,
     /// Live keys, all spaces together.
     live: usize,
 }
@@ -434,7 +467,7 @@ impl<T: Copy> Spaces<T> {
         {
             return Some(space);
         }
-        self.overflow.get(&minute)
+        self.overflow.get(&minute).map(|space| &**space)
     }
 
     #[inline]
@@ -444,9 +477,9 @@ impl<T: Copy> Spaces<T> {
         {
             // Reborrowed: the borrow checker does not see that the branch returns.
             let slot = Self::ring_slot(minute);
-            return self.ring[slot].as_mut();
+            return self.ring[slot].as_deref_mut();
         }
-        self.overflow.get_mut(&minute)
+        self.overflow.get_mut(&minute).map(|space| &mut **space)
     }
 
     /// A new place in `minute`'s space (the wheel standing in `now_minute`, at most
@@ -466,14 +499,14 @@ impl<T: Copy> Spaces<T> {
             return self
                 .overflow
                 .entry(minute)
-                .or_insert_with(|| Space::new(minute))
+                .or_insert_with(|| Box::new(Space::new(minute)))
                 .push(due_ms, value, far);
         }
         if self.ring.is_empty() {
             self.ring = (0..MINUTE_SLOTS).map(|_| None).collect();
         }
         let slot = Self::ring_slot(minute);
-        let space = self.ring[slot].get_or_insert_with(|| Space::new(minute));
+        let space = self.ring[slot].get_or_insert_with(|| Box::new(Space::new(minute)));
         assert_eq!(space.minute, minute, "ring slot {slot} holds one minute");
         self.held.mark(slot);
         if far {

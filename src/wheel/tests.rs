@@ -105,6 +105,12 @@ fn u64_max_is_a_valid_due_time_and_counts_as_the_last_one_kept() {
     end.insert(u64::MAX, 7);
     end.insert(u64::MAX - 9, 8);
     assert_eq!(drain(&mut end, u64::MAX), vec![(u64::MAX - 9, 8), (u64::MAX, 7)]);
+    // And a far timer due at its very last millisecond fires from its minute's run.
+    let mut end = TimingWheel::new(u64::MAX - 5 * 60_000);
+    end.insert(u64::MAX, 9);
+    end.insert(u64::MAX - 1, 10);
+    assert_eq!(drain(&mut end, u64::MAX - 2), vec![]);
+    assert_eq!(drain(&mut end, u64::MAX), vec![(u64::MAX - 1, 10), (u64::MAX, 9)]);
 }
 
 #[test]
