@@ -140,6 +140,7 @@ pub struct TimerKey {
 }
 
 /// The key of place `index` in the key minute of `generation`.
+#[inline]
 fn key(index: u32, generation: u32) -> TimerKey {
     TimerKey {
         index,
