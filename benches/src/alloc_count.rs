@@ -22,13 +22,10 @@ static COUNTING: AtomicBool = AtomicBool::new(false);
 pub struct CountingAlloc;
 
 /// Bytes currently allocated through [`CountingAlloc`] while counting was on (requested
-/// sizes, not pages), plus the bytes timewheel maps for its big tables outside the heap
-/// ([`timewheel_mem::mapped_bytes`]). Frees of blocks allocated while it was off make it wrap:
-/// use it only through [`allocated_since`].
+/// sizes, not pages). Frees of blocks allocated while it was off make it wrap: use it only
+/// through [`allocated_since`].
 pub fn allocated_bytes() -> usize {
-    ALLOCATED
-        .load(Ordering::Relaxed)
-        .wrapping_add(timewheel_mem::mapped_bytes())
+    ALLOCATED.load(Ordering::Relaxed)
 }
 
 /// Bytes allocated and not freed since `before` (an [`allocated_bytes`] reading taken with

@@ -1,7 +1,7 @@
-//! Slot contents stored contiguously: a slot is a list of blocks of up to [`BLOCK_ITEMS`]
-//! items, and an item names its due time and its timer's key (slab entry and generation, see
-//! `slab.rs`) and carries its value (24 bytes with a `u64` value), so that a fire reads only
-//! the item and its entry's two bits of state.
+//! The near rings' slot contents, stored contiguously: a slot is a list of blocks of up to
+//! [`BLOCK_ITEMS`] items, and an item names its due time (as inserted) and its timer's key
+//! (place and minute, see `spaces.rs`) and carries its value (24 bytes with a `u64` value), so
+//! that a fire reads the item and its place's gone bit only.
 //!
 //! A cascade reads a slot's blocks front to back and appends each item to the tail block of its
 //! new slot, so moving a minute of timers is a sequential scan, not a walk over a linked list
@@ -31,18 +31,18 @@ const _: () = assert!(size_of::<Item<u64>>() == 24);
 pub(crate) struct Item<T> {
     /// The due time the caller asked for (never clamped).
     pub(crate) due_ms: u64,
-    /// The slab entry of the timer: the item is live while the entry's state says so.
+    /// The timer's place in its minute's key space: the item is live while the place is not
+    /// gone.
     pub(crate) index: u32,
-    /// The generation of its key.
+    /// Its key's generation: the minute, counted from the wheel's creation, plus one.
     pub(crate) generation: u32,
-    /// The value as of the placement (unless `set` replaced it since, see `slab.rs`).
+    /// The value as of the placement (unless `set` replaced it since, see `spaces.rs`).
     pub(crate) value: T,
 }
 
 /// A list of blocks; empty when it has no block.
 ///
-/// A block may be empty while a sweep is between steps on this slot (see `mod.rs`); every
-/// reader takes that in its stride.
+/// A block may be empty (a fire emptied it); every reader takes that in its stride.
 pub(crate) struct Slot<T> {
     pub(crate) blocks: Vec<Vec<Item<T>>>,
 }

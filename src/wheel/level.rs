@@ -1,22 +1,25 @@
 //! The rings of the wheel, their slot arithmetic and their occupancy bitmaps.
 //!
-//! Three rings hold the resident timers, each calendar-aligned on absolute time (a slot's index
-//! depends only on the due time, never on when the timer was inserted):
+//! Each tier is calendar-aligned on absolute time (a slot's index depends only on the due
+//! time, never on when the timer was inserted):
 //!
-//! | tier | slot | ring | window, with the wheel at second `S`, minute `M` |
+//! | tier | slot | held in | window, with the wheel at second `S`, minute `M` |
 //! |---|---|---|---|
-//! | [`Tier::Ms`] | 1 ms | 2 000 slots | seconds `S` and `S + 1` |
-//! | [`Tier::Second`] | 1 s | 120 slots | minutes `M` and `M + 1` |
-//! | [`Tier::Minute`] | 1 min | 3 840 slots = 64 hour buckets of 60 | minutes `M .. M + 3840` |
-//! | [`Tier::Overflow`] | 1 min | a `BTreeMap` | beyond |
+//! | [`Tier::Ms`] | 1 ms | a ring of 2 000 slots | seconds `S` and `S + 1` |
+//! | [`Tier::Second`] | 1 s | a ring of 120 slots | minutes `M` and `M + 1` |
+//! | [`Tier::Minute`] | 1 min | key spaces in a ring of 3 840 = 64 hour buckets of 60 | minutes `M + 2 .. M + 3840` |
+//! | [`Tier::Overflow`] | 1 min | key spaces in a `BTreeMap` | beyond |
 //!
-//! Each ring spans one period more than the "current" one so that the next period can be filled
-//! ahead of time (look-ahead cascading, see `mod.rs`): the slots of the next second are the
-//! slots of the previous one, which are empty by then.
+//! The two rings of items ([`Level`]) span one period more than the "current" one so that the
+//! next period can be filled ahead of time (look-ahead cascading, see `mod.rs`): the slots of
+//! the next second are the slots of the previous one, which are empty by then. The minute
+//! tiers hold far timers in their minutes' key spaces (`spaces.rs`), sorted into a run a minute
+//! ahead (`run.rs`).
 //!
-//! Every slot is a list of blocks of items (`block.rs`). A bit per slot says whether it holds a
-//! block, and a summary bit per 64-slot word says whether the word is non-zero, so the first
-//! occupied slot of a ring is found with at most four word reads, however many slots are empty.
+//! Every slot of a ring is a list of blocks of items (`block.rs`). A bit per slot says whether
+//! it holds a block, and a summary bit per 64-slot word says whether the word is non-zero
+//! ([`Occupancy`], which the key spaces' ring uses too), so the first occupied slot of a ring is
+//! found with at most four word reads, however many slots are empty.
 
 use std::mem::ManuallyDrop;
 
@@ -223,7 +226,7 @@ impl<T: Copy> Level<T> {
         *self.slots_mut()[slot] = contents;
     }
 
-    /// The contents of `slot`, to read or to sweep; [`settle`](Self::settle) after a sweep
+    /// The contents of `slot`, to read or to fire from; [`settle`](Self::settle) after a fire
     /// may have emptied it.
     #[inline]
     pub(crate) fn slot(&self, slot: usize) -> &Slot<T> {
@@ -300,7 +303,8 @@ impl Occupancy {
     pub(crate) fn is_set(&self, slot: usize) -> bool {
         // The summary first: an empty ring (the millisecond ring, when every timer is in the
         // minute's run) answers without a read of its words.
-        self.summary & (1u64 << (slot / 64)) != 0 && self.words[slot / 64] & (1u64 << (slot % 64)) != 0
+        self.summary & (1u64 << (slot / 64)) != 0
+            && self.words[slot / 64] & (1u64 << (slot % 64)) != 0
     }
 
     /// The first set slot at or after `from`, going around the ring once.
@@ -405,7 +409,7 @@ mod tests {
     }
 
     /// Dropping a ring drops only the slots `owned` names, so every slot holding an
-    /// allocation must be named there, through pushes, pops, takes, puts and sweeps.
+    /// allocation must be named there, through pushes, pops, takes and puts.
     #[test]
     fn every_slot_holding_an_allocation_is_owned() {
         let (mut level, mut pool) = (Level::new(MS_SLOTS, true), Pool::default());

@@ -26,28 +26,30 @@
 //!
 //! # Structure
 //!
-//! Three calendar-aligned rings (see `level.rs`): millisecond slots of the current and the next
-//! second, second slots of the current and the next minute, and minute slots grouped in 64 hour
-//! buckets (an hour bucket is `due_ms / 3_600_000`, see [`hour_bucket`]). Timers beyond the
-//! horizon wait in an overflow map keyed by minute, whose slots move whole into the minute ring
-//! as the horizon reaches them.
+//! Every minute of due times has a *key space* (`spaces.rs`): a timer takes the next place in
+//! the space of the minute it is effectively due in, and its key names that minute and that
+//! place. The spaces of the 64 hours ahead (3 840 minutes, 64 hour buckets; an hour bucket is
+//! `due_ms / 3_600_000`, see [`hour_bucket`]) sit in a calendar-aligned ring, later ones in an
+//! overflow map keyed by minute, which moves them into the ring as the horizon reaches them.
 //!
-//! A key names an entry of a slab (`slab.rs`: generation, stamp, value; 16 bytes with a `u64`).
-//! A slot holds *items* (`block.rs`: due time, entry, stamp; 16 bytes) in blocks of 256, so a
-//! cascade is a sequential copy and a fire a pop (the millisecond ring's blocks, and the first
-//! block of an overflow minute, start small and grow by doubling: those slots hold a few items
-//! each). A cancel writes only the entry (its stamp
-//! moves on), which turns the item into a *tombstone*: fires skip it, and a sweep that runs
-//! in small steps reclaims tombstones far ahead once they outnumber the live timers (see
-//! [`TimingWheel::tombstones`]). A fire reads the entries of the next 64 items to fire in one
-//! tight loop, so that their cache misses overlap; [`TimingWheel::poll_many`] takes a whole
-//! millisecond slot in one loop rather than one timer per call.
+//! A timer inserted while its minute is at least two minutes ahead is *far*: its due time and
+//! value are written once, at its place, and nowhere else (16 bytes with a `u64` value). While
+//! the wheel is in the minute before, the look-ahead sorts the space's far places by due
+//! millisecond into the minute's *run* (`run.rs`: by second, then each second by millisecond,
+//! two stable counting passes), and the fire takes each millisecond from the run's cursor. A
+//! timer inserted later is *near*: its item (`block.rs`: due time, key, value) goes to the
+//! millisecond ring of the current and the next second, or the second ring of the current and
+//! the next minute, and cascades from the second ring to the millisecond ring ahead of its
+//! second (see `level.rs`). The fire takes each millisecond from the millisecond slot first,
+//! then from the run.
 //!
-//! A minute slot does not cascade into the second ring: while the wheel is in the minute
-//! before, its items are sorted by due millisecond into the minute's *run* (`run.rs`, a
-//! counting sort, each item moved once), and the fire takes each millisecond from the run's
-//! cursor and from the millisecond slot. The second and millisecond rings hold only the timers
-//! inserted (or moved) while their minute was the current or the next one.
+//! A cancel sets the place's *gone* bit in its space, so its item (in a ring or the run) is a
+//! *tombstone*, which the fire drops; a far minute's places compact once most of a chunk of
+//! them are gone (see [`TimingWheel::tombstones`]). A fire checks and sets the gone bit of its
+//! place in the space of the minute being fired: a few kilobytes of bits that the minute's fires
+//! share, in cache, so a fire is a sequential read of the run and no read at random.
+//! [`TimingWheel::poll_many`] takes a millisecond's timers in one loop rather than one per
+//! call.
 //!
 //! # Time
 //!
@@ -56,7 +58,9 @@
 //! `max(due_ms, now_ms())` as of its insert: one inserted in the past fires at the next poll,
 //! before any timer due later. Timers fire in non-decreasing effective due order; timers with
 //! the same due millisecond fire in no particular order. `poll(now_ms)` with `now_ms` before the
-//! wheel's time fires nothing (the clock went backwards: hold).
+//! wheel's time fires nothing (the clock went backwards: hold). The wheel's time stops at
+//! [`TimingWheel::last_ms`], about 8 000 years after its creation, and later due times count as
+//! that one.
 //!
 //! # Pauses
 //!
@@ -68,8 +72,8 @@
 //! every millisecond) therefore never meets a cascade at a boundary; one that slept through
 //! a whole minute pays, in the poll that crosses into it, for the timers of that minute that the
 //! look-ahead could not move (see [`WorkStats`]). The one other long call is a poll that meets
-//! many tombstones in the millisecond ring (timers cancelled within the second before they were
-//! due): it drops them all, a few nanoseconds each, paid for by their cancels.
+//! many tombstones in the millisecond ring or the run (timers cancelled after their minute's run
+//! was sorted): it drops them all, a few nanoseconds each, paid for by their cancels.
 
 mod block;
 mod level;
@@ -81,8 +85,8 @@ use std::num::NonZeroU32;
 
 use block::{Item, Pool};
 use level::{
-    Level, MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND, MS_SLOTS, SECOND_SLOTS, Tier,
-    level_for, ring_distance, slot_for,
+    Level, MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND, MS_SLOTS, SECOND_SLOTS, Tier, level_for,
+    ring_distance, slot_for,
 };
 use run::{Build, Run};
 use spaces::Spaces;
@@ -167,7 +171,7 @@ impl TimerKey {
     }
 }
 
-/// Counters of cascading and sweeping work, to check the pause bound without a clock.
+/// Counters of cascading and compacting work, to check the pause bound without a clock.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct WorkStats {
@@ -271,7 +275,7 @@ impl<T: Copy> TimingWheel<T> {
         self.now_ms
     }
 
-    /// Cascading and sweeping work done so far.
+    /// Cascading and compacting work done so far.
     pub fn work_stats(&self) -> WorkStats {
         self.stats
     }
@@ -299,9 +303,7 @@ impl<T: Copy> TimingWheel<T> {
         let now_minute = self.now_ms / MS_PER_MINUTE;
         let tier = level_for(self.now_ms, effective_ms);
         let far = matches!(tier, Tier::Minute | Tier::Overflow);
-        let place = self
-            .spaces
-            .insert(minute, now_minute, due_ms, value, far);
+        let place = self.spaces.insert(minute, now_minute, due_ms, value, far);
         let generation = self.spaces.generation(minute);
         self.bound_ms = self.bound_ms.min(effective_ms);
         if !far {
@@ -653,7 +655,7 @@ impl<T: Copy> TimingWheel<T> {
         }
     }
 
-    /// What a poll that fires nothing does with its time: cascade ahead, then sweep.
+    /// What a poll that fires nothing does with its time: cascade and sort ahead.
     #[inline]
     fn idle_work(&mut self) {
         self.look_ahead();
@@ -718,7 +720,7 @@ impl<T: Copy> TimingWheel<T> {
         }
     }
 
-    /// A lower bound of the items in the second and minute rings and the overflow: the start
+    /// A lower bound of the items in the second ring and the far places: the start
     /// of the earliest occupied slot of each.
     fn coarse_bound_ms(&self) -> Option<u64> {
         let mut bound: Option<u64> = None;

@@ -366,7 +366,11 @@ impl<T: Copy> Build<T> {
                 small.push(self.item(place, far));
             });
         }
-        assert_eq!(small.len(), self.total, "the space's count of its far places");
+        assert_eq!(
+            small.len(),
+            self.total,
+            "the space's count of its far places"
+        );
         small.sort_unstable_by_key(|item| item.offset);
         if let Some(&filler) = small.first() {
             while self.out.len() < self.total {
@@ -440,8 +444,11 @@ impl<T: Copy> Build<T> {
                         self.at = self.starts[0] as usize;
                         continue;
                     }
-                    let (minute_ms, scratch, next) =
-                        (self.minute * MS_PER_MINUTE, &mut self.scratch, &mut self.next);
+                    let (minute_ms, scratch, next) = (
+                        self.minute * MS_PER_MINUTE,
+                        &mut self.scratch,
+                        &mut self.next,
+                    );
                     let (walked, done) = for_far(space, self.chunk, self.at, left, |place, far| {
                         let offset = far.due_ms.wrapping_sub(minute_ms);
                         assert!(offset < MS_PER_MINUTE, "place {place} due in its minute");
@@ -555,7 +562,10 @@ mod tests {
         let sorted: Vec<u64> = run.rest().map(|i| run.due_ms(&i)).collect();
         let mut places: Vec<u32> = run.rest().map(|i| i.place).collect();
         places.sort_unstable();
-        assert!(places.iter().enumerate().all(|(i, &p)| p as usize == i), "every place once");
+        assert!(
+            places.iter().enumerate().all(|(i, &p)| p as usize == i),
+            "every place once"
+        );
         (sorted, steps)
     }
 
@@ -604,8 +614,15 @@ mod tests {
             .filter(|p| !cancel.contains(p))
             .map(|p| (dues[p as usize], p))
             .collect();
-        assert!(run.rest().all(|i| i.value == u64::from(i.place)), "values by place");
-        assert!(run.rest().zip(run.rest().skip(1)).all(|(a, b)| a.offset <= b.offset));
+        assert!(
+            run.rest().all(|i| i.value == u64::from(i.place)),
+            "values by place"
+        );
+        assert!(
+            run.rest()
+                .zip(run.rest().skip(1))
+                .all(|(a, b)| a.offset <= b.offset)
+        );
         got.sort_unstable();
         expected.sort_unstable();
         assert_eq!(got, expected, "the kept places and no other");
@@ -635,7 +652,10 @@ mod tests {
             run.cursor = run.len;
             build.finish_into(&mut run);
             assert_eq!(run.rest().count(), n);
-            assert!(run.rest().all(|item| run.due_ms(&item) == minute * MS_PER_MINUTE + 7));
+            assert!(
+                run.rest()
+                    .all(|item| run.due_ms(&item) == minute * MS_PER_MINUTE + 7)
+            );
         }
         let chunks = run.items.chunks.len() + build.out.chunks.len();
         assert!(chunks <= 3, "{chunks} chunks kept after the burst's five");

@@ -12,7 +12,8 @@
 //! millisecond ring (`block.rs`), naming its minute and place and carrying its value, and the
 //! space keeps its value for `get` and `cancel`. Either way the fire checks and sets the
 //! place's gone bit in the space of the minute being fired: a few kilobytes of bits that all of
-//! the minute's fires share, in cache, where a slab entry per key was a random read across all
+//! the minute's fires share, in cache, where a slab entry per key (what this replaced) was a
+//! random read across all
 //! of the wheel's keys. A `set` marks its place in a second bitmap, so that the fire takes the
 //! value from the space rather than from the item.
 //!
@@ -192,7 +193,11 @@ impl<T: Copy> Space<T> {
         assert!(place < u32::MAX, "key space of minute {} full", self.minute);
         if far {
             assert_eq!(self.far_end, place, "far places come before near ones");
-            assert!(!self.built, "a far place in minute {} once built", self.minute);
+            assert!(
+                !self.built,
+                "a far place in minute {} once built",
+                self.minute
+            );
             self.far_end = place + 1;
             let second = second_of(self.minute, due_ms);
             self.far_seconds[second] += 1;
@@ -291,7 +296,11 @@ impl<T: Copy> Space<T> {
                 items.push(chunk.items[slot]);
             }
         }
-        assert_eq!(items.len(), usize::from(chunk.live), "chunk {c}'s live places");
+        assert_eq!(
+            items.len(),
+            usize::from(chunk.live),
+            "chunk {c}'s live places"
+        );
         chunk.items = items;
         chunk.kept = Some(kept);
         chunk.held = chunk.live;
@@ -567,9 +576,10 @@ impl<T: Copy> Spaces<T> {
     /// The first minute at or after `now_minute` whose far places are not built yet.
     pub(crate) fn first_far(&self, now_minute: u64) -> Option<u64> {
         let from = Self::ring_slot(now_minute);
-        let ring = self.far.first_from(from).map(|slot| {
-            now_minute + super::level::ring_distance(from, slot, MINUTE_SLOTS)
-        });
+        let ring = self
+            .far
+            .first_from(from)
+            .map(|slot| now_minute + super::level::ring_distance(from, slot, MINUTE_SLOTS));
         let overflow = self.overflow.first_key_value().map(|(&m, _)| m);
         match (ring, overflow) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -579,7 +589,8 @@ impl<T: Copy> Spaces<T> {
 
     /// Whether `minute`'s space has far places not built yet.
     pub(crate) fn has_far(&self, minute: u64) -> bool {
-        self.space(minute).is_some_and(|s| !s.built && s.far_end > 0)
+        self.space(minute)
+            .is_some_and(|s| !s.built && s.far_end > 0)
     }
 
     /// Marks `minute`'s far places as taken by a build (it is the next minute, so in the
@@ -601,7 +612,11 @@ impl<T: Copy> Spaces<T> {
         while let Some(s) = slot {
             let space = self.ring[s].as_ref().expect("a held slot");
             if space.minute < now_minute {
-                assert_eq!(space.live, 0, "minute {} left with live timers", space.minute);
+                assert_eq!(
+                    space.live, 0,
+                    "minute {} left with live timers",
+                    space.minute
+                );
                 self.ring[s] = None;
                 self.held.unmark(s);
                 self.far.unmark(s);
