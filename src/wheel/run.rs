@@ -84,6 +84,17 @@ impl<T: Copy> Items<T> {
         &chunk[from..chunk.len().min(from + (end - at))]
     }
 
+    /// The items `from .. end`, if they lie in one chunk.
+    #[inline]
+    fn range_mut(&mut self, from: usize, end: usize) -> Option<&mut [Item<T>]> {
+        if end == from || (from >> CHUNK_BITS) != ((end - 1) >> CHUNK_BITS) {
+            return None;
+        }
+        let chunk = &mut self.chunks[from >> CHUNK_BITS];
+        let at = from & (CHUNK - 1);
+        Some(&mut chunk[at..at + (end - from)])
+    }
+
     /// Adds up to `n` copies of `filler` (writing them: their pages are faulted in here, not
     /// at random by the place pass, which overwrites them), never past the end of the last
     /// chunk; returns how many.
@@ -473,9 +484,13 @@ impl<T: Copy> Build<T> {
                     let end = self.starts[self.second + 1] as usize;
                     let stop = end.min(self.at.saturating_add(left));
                     let base = (self.second * 1_000) as u16;
-                    for i in self.at..stop {
-                        let offset = self.scratch.get(i).offset;
-                        self.counts[usize::from(offset - base)] += 1;
+                    let mut i = self.at;
+                    while i < stop {
+                        let items = self.scratch.within_chunk(i, stop);
+                        for item in items {
+                            self.counts[usize::from(item.offset - base)] += 1;
+                        }
+                        i += items.len();
                     }
                     stepped.spent += (stop - self.at).max(1);
                     self.at = stop;
@@ -496,11 +511,31 @@ impl<T: Copy> Build<T> {
                     let end = self.starts[self.second + 1] as usize;
                     let stop = end.min(self.at.saturating_add(left));
                     let base = (self.second * 1_000) as u16;
-                    for i in self.at..stop {
-                        let item = self.scratch.get(i);
-                        let at = &mut self.counts[usize::from(item.offset - base)];
-                        self.out.set(*at as usize, item);
-                        *at += 1;
+                    let first = self.starts[self.second] as usize;
+                    // A second's items mostly lie in one chunk of the output: then they are
+                    // placed through one slice.
+                    let (scratch, counts) = (&self.scratch, &mut self.counts);
+                    let mut i = self.at;
+                    match self.out.range_mut(first, end) {
+                        Some(region) => {
+                            while i < stop {
+                                let items = scratch.within_chunk(i, stop);
+                                for &item in items {
+                                    let at = &mut counts[usize::from(item.offset - base)];
+                                    region[*at as usize - first] = item;
+                                    *at += 1;
+                                }
+                                i += items.len();
+                            }
+                        }
+                        None => {
+                            for i in self.at..stop {
+                                let item = scratch.get(i);
+                                let at = &mut counts[usize::from(item.offset - base)];
+                                self.out.set(*at as usize, item);
+                                *at += 1;
+                            }
+                        }
                     }
                     stepped.spent += (stop - self.at).max(1);
                     stepped.moved += stop - self.at;

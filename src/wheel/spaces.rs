@@ -415,6 +415,7 @@ pub(crate) struct Spaces<T> {
 }
 
 /// A key minute's generation (minute plus one: never 0) and back.
+#[inline]
 pub(crate) fn generation(base: u64, minute: u64) -> u32 {
     u32::try_from(minute - base + 1).expect("a key minute within the wheel's span")
 }
