@@ -2,6 +2,7 @@
 //!
 //! `cargo run --release -p timewheel-benches --example wheel_probe -- [TIMERS] [ROUNDS]`
 //! (default 10,000,000 timers due over an hour, 3 rounds): prints ns per insert and per fire.
+//! `WHEEL_PROBE_CANCEL=1` cancels nine in ten in insert order before the drain (W2's cancels).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -19,10 +20,25 @@ fn main() {
     for round in 1..=rounds {
         let start = Instant::now();
         let mut wheel = TimingWheel::new(T0);
-        for (i, &due) in dues.iter().enumerate() {
-            wheel.insert(due, i as u64);
-        }
+        let keys: Vec<_> = dues
+            .iter()
+            .enumerate()
+            .map(|(i, &due)| wheel.insert(due, i as u64))
+            .collect();
         let insert_ns = start.elapsed().as_nanos() as f64 / n as f64;
+        let mut expected = n;
+        if std::env::var_os("WHEEL_PROBE_CANCEL").is_some() {
+            // W2's cancels: nine in ten, in insert order.
+            let start = Instant::now();
+            for (i, &key) in keys.iter().enumerate() {
+                if i % 10 != 0 {
+                    assert!(wheel.cancel(key).is_some());
+                    expected -= 1;
+                }
+            }
+            let cancel_ns = start.elapsed().as_nanos() as f64 / (n - expected) as f64;
+            println!("round {round}: cancel {cancel_ns:.1} ns");
+        }
         let start = Instant::now();
         let mut fired = 0usize;
         let many = std::env::var_os("WHEEL_PROBE_MANY").is_some();
@@ -46,7 +62,7 @@ fn main() {
             }
         }
         let fire_ns = start.elapsed().as_nanos() as f64 / fired as f64;
-        assert_eq!(fired, n);
+        assert_eq!(fired, expected);
         println!("round {round}: {n} timers, insert {insert_ns:.1} ns, fire {fire_ns:.1} ns");
     }
 }

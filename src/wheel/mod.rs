@@ -520,11 +520,10 @@ impl<T: Copy> TimingWheel<T> {
     fn fire_run_many(&mut self, max: usize, out: &mut Vec<(TimerKey, u64, T)>) -> usize {
         let (mut fired, mut dropped) = (0, 0u64);
         let now_ms = self.now_ms;
-        let minute = self.run.minute();
-        let generation = self.spaces.generation(minute);
+        let generation = self.run.generation();
         let space = self
             .spaces
-            .space_mut(minute)
+            .space_mut(self.run.minute())
             .expect("the space of the run's minute");
         while fired < max {
             let window = self.run.ahead(FIRE_BATCH);
@@ -567,7 +566,7 @@ impl<T: Copy> TimingWheel<T> {
             }
             self.run.skip(1);
             if let Some(set) = self.spaces.fire(minute, item.place) {
-                let key = key(item.place, self.spaces.generation(minute));
+                let key = key(item.place, self.run.generation());
                 return Some((key, due_ms, set.unwrap_or(item.value)));
             }
             self.tombstones -= 1;
@@ -774,7 +773,8 @@ impl<T: Copy> TimingWheel<T> {
             }
         }
         self.build_step(usize::MAX);
-        self.build.finish_into(&mut self.run);
+        self.build
+            .finish_into(&mut self.run, self.spaces.generation(minute));
     }
 
     /// Sorts the build's minute on for about `budget` units.
@@ -794,8 +794,10 @@ impl<T: Copy> TimingWheel<T> {
         if !self.spaces.has_far(minute) {
             return None;
         }
-        let started = self.build.start(self.spaces.take_far(minute));
+        let (started, dropped) = self.build.start(self.spaces.take_far(minute));
         self.stats.cascaded_total += started.moved as u64;
+        self.tombstones -= dropped as u64;
+        self.stats.tombstones_dropped += dropped as u64;
         Some(started.spent)
     }
 

@@ -127,9 +127,10 @@ pub(crate) struct Run<T> {
     cursor: usize,
     /// The due time of the item at the cursor, once `cursor < len`.
     next_ms: u64,
-    /// The absolute minute of the run, and its first millisecond.
+    /// The absolute minute of the run, its first millisecond, and its keys' generation.
     minute: u64,
     start_ms: u64,
+    generation: u32,
 }
 
 impl<T> Default for Run<T> {
@@ -141,6 +142,7 @@ impl<T> Default for Run<T> {
             next_ms: u64::MAX,
             minute: 0,
             start_ms: 0,
+            generation: 0,
         }
     }
 }
@@ -149,6 +151,12 @@ impl<T: Copy> Run<T> {
     /// The absolute minute the run's timers are due in.
     pub(crate) fn minute(&self) -> u64 {
         self.minute
+    }
+
+    /// The generation of the keys of the run's timers.
+    #[inline]
+    pub(crate) fn generation(&self) -> u32 {
+        self.generation
     }
 
     /// The due time of an item of the run.
@@ -250,6 +258,15 @@ pub(crate) struct Build<T> {
     scratch: Items<T>,
     /// A small minute's items, sorted by comparison.
     small: Vec<Item<T>>,
+    /// The far places' gone bits when the build started: those gone then are left out (their
+    /// timers were cancelled or moved), those gone since are sorted in (the run drops them).
+    gone: Vec<u64>,
+}
+
+/// Whether `place`'s bit is set in `bits`.
+#[inline]
+fn is_set(bits: &[u64], place: u32) -> bool {
+    bits[(place / 64) as usize] & (1u64 << (place % 64)) != 0
 }
 
 /// What a step did: units of budget spent, and items moved (what the wheel counts as
@@ -319,6 +336,7 @@ impl<T: Copy> Build<T> {
             out: Items::default(),
             scratch: Items::default(),
             small: Vec::new(),
+            gone: Vec::new(),
         }
     }
 
@@ -349,11 +367,19 @@ impl<T: Copy> Build<T> {
         }
     }
 
-    /// Takes minute `minute`'s far places to sort (the build is idle; the space's far places
-    /// are frozen from now on). A small minute is sorted here and now.
-    pub(crate) fn start(&mut self, space: &Space<T>) -> Stepped {
+    /// Takes minute `minute`'s live far places to sort (the build is idle; the space's far
+    /// places are frozen from now on). A small minute (its gone places included) is sorted
+    /// here and now. Returns the work done, and how many gone far places it leaves out
+    /// (tombstones dropped).
+    pub(crate) fn start(&mut self, space: &Space<T>) -> (Stepped, usize) {
         assert_eq!(self.phase, Phase::Idle, "one minute is built at a time");
         self.minute = space.minute();
+        self.gone.clear();
+        self.gone.extend_from_slice(space.far_gone());
+        let held: usize = (0..)
+            .map_while(|c| space.far_chunk(c))
+            .map(|chunk| chunk.items.len())
+            .sum();
         let seconds = space.far_seconds();
         let mut sum = 0;
         for (second, &n) in seconds.iter().enumerate() {
@@ -363,9 +389,17 @@ impl<T: Copy> Build<T> {
         self.starts[SECONDS] = sum;
         self.next.copy_from_slice(&self.starts[..SECONDS]);
         self.total = sum as usize;
-        if self.total > SMALL_RUN {
+        let dropped = held - self.total;
+        let copied = self.gone.len() / CHEAP_PER_UNIT;
+        if held > SMALL_RUN {
             self.seek(Phase::Grow);
-            return Stepped { spent: 1, moved: 0 };
+            return (
+                Stepped {
+                    spent: 1 + copied,
+                    moved: 0,
+                },
+                dropped,
+            );
         }
         let mut small = std::mem::take(&mut self.small);
         small.clear();
@@ -373,15 +407,15 @@ impl<T: Copy> Build<T> {
             if space.far_chunk(c).is_none() {
                 break;
             }
+            // Gone places too (the run drops them): the order a sort by comparison gives
+            // timers due in the same millisecond depends on every item it sorts, and so does
+            // the simulation's trace.
             for_far(space, c, 0, usize::MAX, |place, far| {
                 small.push(self.item(place, far));
             });
         }
-        assert_eq!(
-            small.len(),
-            self.total,
-            "the space's count of its far places"
-        );
+        assert_eq!(small.len(), held, "the far places the chunks hold");
+        self.total = held;
         small.sort_unstable_by_key(|item| item.offset);
         if let Some(&filler) = small.first() {
             while self.out.len() < self.total {
@@ -394,10 +428,11 @@ impl<T: Copy> Build<T> {
         self.small = small;
         let shed = self.out.shed(self.total);
         self.phase = Phase::Done;
-        Stepped {
-            spent: self.total.max(1) + usize::from(shed) * UNITS_PER_CHUNK_FREED,
-            moved: self.total,
-        }
+        let stepped = Stepped {
+            spent: held.max(1) + usize::from(shed) * UNITS_PER_CHUNK_FREED,
+            moved: held,
+        };
+        (stepped, 0)
     }
 
     fn seek(&mut self, phase: Phase) {
@@ -455,12 +490,16 @@ impl<T: Copy> Build<T> {
                         self.at = self.starts[0] as usize;
                         continue;
                     }
-                    let (minute_ms, scratch, next) = (
+                    let (minute_ms, scratch, next, gone) = (
                         self.minute * MS_PER_MINUTE,
                         &mut self.scratch,
                         &mut self.next,
+                        &self.gone,
                     );
                     let (walked, done) = for_far(space, self.chunk, self.at, left, |place, far| {
+                        if is_set(gone, place) {
+                            return;
+                        }
                         let offset = far.due_ms.wrapping_sub(minute_ms);
                         assert!(offset < MS_PER_MINUTE, "place {place} due in its minute");
                         let at = &mut next[(offset / 1_000) as usize];
@@ -560,7 +599,7 @@ impl<T: Copy> Build<T> {
 
     /// Hands the sorted minute to `run` (whose items are all taken) and takes its storage
     /// back for the next minute (which gives what it does not need back a chunk per step).
-    pub(crate) fn finish_into(&mut self, run: &mut Run<T>) {
+    pub(crate) fn finish_into(&mut self, run: &mut Run<T>, generation: u32) {
         assert_eq!(self.phase, Phase::Done, "the minute is sorted");
         assert!(run.is_exhausted(), "the last minute's run is fired");
         std::mem::swap(&mut run.items, &mut self.out);
@@ -568,6 +607,7 @@ impl<T: Copy> Build<T> {
         run.cursor = 0;
         run.minute = self.minute;
         run.start_ms = self.minute * MS_PER_MINUTE;
+        run.generation = generation;
         run.seek_next();
         self.phase = Phase::Idle;
     }
@@ -581,7 +621,7 @@ mod tests {
         let space = Space::for_test(minute, dues, &[]);
         let mut build = Build::new();
         let mut steps = 1;
-        let mut moved = build.start(&space).moved;
+        let mut moved = build.start(&space).0.moved;
         while build.is_busy() {
             let stepped = build.step(budget, &space);
             assert!(
@@ -592,7 +632,7 @@ mod tests {
             steps += 1;
         }
         let mut run = Run::default();
-        build.finish_into(&mut run);
+        build.finish_into(&mut run, 1);
         assert_eq!(moved, dues.len(), "each item moved once");
         let sorted: Vec<u64> = run.rest().map(|i| run.due_ms(&i)).collect();
         let mut places: Vec<u32> = run.rest().map(|i| i.place).collect();
@@ -636,14 +676,19 @@ mod tests {
     fn a_compacted_space_sorts_its_kept_places_with_their_own_places() {
         let minute = 28_333_335;
         let dues = dues(minute, 5_000, 11);
-        // Cancel three in four of the first four chunks' places, which compacts them.
-        let cancel: Vec<u32> = (0..4 * SPACE_CHUNK as u32).filter(|p| p % 4 != 1).collect();
+        // Cancel three in four of the first four chunks' places, which compacts them, and two
+        // places of a later chunk, which does not: the build leaves all of them out.
+        let cancel: Vec<u32> = (0..4 * SPACE_CHUNK as u32)
+            .filter(|p| p % 4 != 1)
+            .chain([4_100, 4_200])
+            .collect();
         let space = Space::for_test(minute, &dues, &cancel);
         let mut build = Build::new();
-        build.start(&space);
+        let (_, dropped) = build.start(&space);
+        assert_eq!(dropped, 2, "the two gone places the chunks still held");
         build.step(usize::MAX, &space);
         let mut run = Run::default();
-        build.finish_into(&mut run);
+        build.finish_into(&mut run, 1);
         let mut got: Vec<(u64, u32)> = run.rest().map(|i| (run.due_ms(&i), i.place)).collect();
         let mut expected: Vec<(u64, u32)> = (0..dues.len() as u32)
             .filter(|p| !cancel.contains(p))
@@ -685,7 +730,7 @@ mod tests {
                 assert!(stepped.spent <= 1024 + UNITS_PER_CHUNK_FREED);
             }
             run.cursor = run.len;
-            build.finish_into(&mut run);
+            build.finish_into(&mut run, 1);
             assert_eq!(run.rest().count(), n);
             assert!(
                 run.rest()
@@ -703,7 +748,7 @@ mod tests {
         build.start(&space);
         build.step(usize::MAX, &space);
         let mut run = Run::default();
-        build.finish_into(&mut run);
+        build.finish_into(&mut run, 1);
         assert_eq!(run.ahead(64).len(), 64);
         run.skip(60);
         let expected = run.items.chunks[0][60..124].to_vec();

@@ -98,8 +98,9 @@ pub(crate) struct Space<T> {
     built: bool,
     /// A bit per place: fired, cancelled or moved.
     gone: Vec<u64>,
-    /// The far places the chunks hold, by second of the minute they are due in: what the
-    /// build's first pass needs to place each second's timers together (see `run.rs`).
+    /// The live far places, by second of the minute they are due in (until the build takes
+    /// them): what the build's first pass needs to place each second's timers together (see
+    /// `run.rs`).
     far_seconds: [u32; SECONDS],
     /// A bit per place whose value `set` replaced after its item was made; empty until the
     /// first `set`.
@@ -152,7 +153,8 @@ impl<T: Copy> Space<T> {
         }
     }
 
-    /// How many far places the chunks hold, by second of the minute.
+    /// How many far places are live, by second of the minute (as of the build's start, once
+    /// it started).
     pub(crate) fn far_seconds(&self) -> [u32; SECONDS] {
         self.far_seconds
     }
@@ -160,6 +162,11 @@ impl<T: Copy> Space<T> {
     /// The absolute minute.
     pub(crate) fn minute(&self) -> u64 {
         self.minute
+    }
+
+    /// The gone bits of the far places.
+    pub(crate) fn far_gone(&self) -> &[u64] {
+        &self.gone[..(self.far_end as usize).div_ceil(64)]
     }
 
     #[inline]
@@ -238,8 +245,12 @@ impl<T: Copy> Space<T> {
     /// Marks a live place gone (a cancel or a move) and returns its value, compacting its
     /// chunk if few live places are left in it.
     fn cancel(&mut self, place: u32) -> Cancelled<T> {
-        let value = self.item(place).value;
+        let Far { due_ms, value } = *self.item(place);
         self.gone[(place / 64) as usize] |= 1u64 << (place % 64);
+        if place < self.far_end && !self.built {
+            // The build sorts the far places live when it starts (see `far_seconds`).
+            self.far_seconds[second_of(self.minute, due_ms)] -= 1;
+        }
         self.live -= 1;
         let c = (place >> CHUNK_BITS) as usize;
         self.chunks[c].live -= 1;
@@ -271,7 +282,6 @@ impl<T: Copy> Space<T> {
         let words = places.div_ceil(64);
         let gone = &self.gone[first / 64..first / 64 + words];
         let chunk = &mut self.chunks[c];
-        let far_seconds = &mut self.far_seconds;
         let mut kept = Box::new([0u64; CHUNK_WORDS]);
         let mut items = Vec::with_capacity(usize::from(chunk.live));
         for (w, &gone) in gone.iter().enumerate() {
@@ -280,13 +290,6 @@ impl<T: Copy> Space<T> {
                 None if (w + 1) * 64 <= places => !0,
                 None => (1u64 << (places % 64)) - 1,
             };
-            let mut dropped = held & gone;
-            while dropped != 0 {
-                let at = w * 64 + dropped.trailing_zeros() as usize;
-                dropped &= dropped - 1;
-                let slot = chunk.slot(at).expect("a held place");
-                far_seconds[second_of(self.minute, chunk.items[slot].due_ms)] -= 1;
-            }
             let mut live = held & !gone;
             kept[w] = live;
             while live != 0 {

@@ -21,10 +21,8 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use timewheel::wheel::TimingWheel;
-
 use crate::alloc_count::{allocated_bytes, allocated_since, set_counting};
-use structures::{Dq, Heap, Timed, Timers, Tree};
+use structures::{Dq, Heap, Timed, Timers, Tree, Wheel};
 
 /// Not aligned to a second, minute or hour: the hour boundary is crossed mid-run.
 const T0: u64 = 1_700_000_123_457;
@@ -261,7 +259,7 @@ fn measure_one<T: Timers>(dues: &[u64], shape: &Shape, tokio_clock: bool) -> Fig
 /// One run of W1-W4 and W3's worst call on `structure`, over `dues` (from [`dues`]).
 pub fn measure(structure: Structure, dues: &[u64], shape: &Shape) -> Figures {
     match structure {
-        Structure::TimingWheel => measure_one::<TimingWheel<u64>>(dues, shape, false),
+        Structure::TimingWheel => measure_one::<Wheel>(dues, shape, false),
         Structure::DelayQueue => measure_one::<Dq>(dues, shape, true),
         Structure::BinaryHeap => measure_one::<Heap>(dues, shape, false),
         Structure::BTreeMap => measure_one::<Tree>(dues, shape, false),

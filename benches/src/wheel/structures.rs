@@ -39,42 +39,47 @@ pub trait Timers {
     fn reset_pauses(&mut self) {}
 }
 
-impl Timers for TimingWheel<u64> {
+/// The timing wheel with the buffer its fires go to, as a timer thread holds one (the engine's
+/// does): the buffer is the caller's, not the wheel's.
+pub struct Wheel {
+    wheel: TimingWheel<u64>,
+    out: Vec<(TimerKey, u64, u64)>,
+}
+
+/// Timers taken per `poll_many`.
+const BATCH: usize = 1024;
+
+impl Timers for Wheel {
     type Key = TimerKey;
     fn new(start_ms: u64) -> Self {
-        TimingWheel::new(start_ms)
+        Self {
+            wheel: TimingWheel::new(start_ms),
+            out: Vec::with_capacity(BATCH),
+        }
     }
     #[inline]
     fn insert(&mut self, due_ms: u64, value: u64) -> TimerKey {
-        TimingWheel::insert(self, due_ms, value)
+        self.wheel.insert(due_ms, value)
     }
     #[inline]
     fn cancel(&mut self, key: TimerKey) -> bool {
-        TimingWheel::cancel(self, key).is_some()
+        self.wheel.cancel(key).is_some()
     }
     #[inline]
     fn poll(&mut self, now_ms: u64) -> Option<u64> {
-        TimingWheel::poll(self, now_ms).map(|(_, _, v)| v)
+        self.wheel.poll(now_ms).map(|(_, _, v)| v)
     }
     fn fire_due(&mut self, now_ms: u64) -> usize {
-        /// Timers taken per `poll_many`.
-        const BATCH: usize = 1024;
-        thread_local! {
-            static OUT: std::cell::RefCell<Vec<(TimerKey, u64, u64)>> =
-                std::cell::RefCell::new(Vec::with_capacity(BATCH));
-        }
-        OUT.with_borrow_mut(|out| {
-            let mut fired = 0;
-            loop {
-                out.clear();
-                let n = self.poll_many(now_ms, BATCH, out);
-                std::hint::black_box(&*out);
-                fired += n;
-                if n < BATCH {
-                    return fired;
-                }
+        let mut fired = 0;
+        loop {
+            self.out.clear();
+            let n = self.wheel.poll_many(now_ms, BATCH, &mut self.out);
+            std::hint::black_box(&self.out);
+            fired += n;
+            if n < BATCH {
+                return fired;
             }
-        })
+        }
     }
     fn tick(&mut self, _: u64) -> impl Future<Output = ()> {
         std::future::ready(())
