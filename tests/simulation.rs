@@ -33,6 +33,10 @@ const FAILURES_LISTED_MAX: usize = 20;
 
 /// Seeds that once found a bug; each must keep passing. (seed, what it found)
 const REGRESSION_SEEDS: &[(u64, &str)] = &[
+    (
+        481_284_260,
+        "a far minute's chunk compacted to no place, then sorted: the wheel panicked",
+    ),
     (1, "reopen after failed sync: unpersisted records served"),
     (8, "reopen after failed sync: unpersisted records served"),
     (

@@ -297,7 +297,8 @@ fn for_far<T: Copy>(
                 f(first + (at + i) as u32, item);
             }
         }
-        Some(kept) => {
+        // A compacted chunk may keep no place at all.
+        Some(kept) if end > at => {
             let mut place = kept_place(kept, at);
             for (i, item) in items[at..end].iter().enumerate() {
                 if i > 0 {
@@ -306,6 +307,7 @@ fn for_far<T: Copy>(
                 f(first + place, item);
             }
         }
+        Some(_) => {}
     }
     (end - at, end == items.len())
 }
@@ -446,8 +448,9 @@ impl<T: Copy> Build<T> {
         let (place, far) = (0..)
             .map_while(|c| space.far_chunk(c))
             .find_map(|chunk| {
+                let far = chunk.items.first()?;
                 let at = chunk.kept.map_or(0, |k| kept_place(k, 0));
-                chunk.items.first().map(|far| (chunk.first + at, *far))
+                Some((chunk.first + at, *far))
             })
             .expect("a minute of more than SMALL_RUN items");
         self.item(place, &far)
@@ -706,6 +709,33 @@ mod tests {
         got.sort_unstable();
         expected.sort_unstable();
         assert_eq!(got, expected, "the kept places and no other");
+    }
+
+    /// Found by the simulation (seeds 481,280,000-481,299,999): a chunk compacted down to no
+    /// place at all, in a minute then sorted (by comparison, as a small one, or by counting).
+    #[test]
+    fn a_chunk_compacted_to_nothing_sorts_as_empty() {
+        let minute = 1_000;
+        let start = minute * MS_PER_MINUTE;
+        for n in [100usize, 1_500] {
+            let dues: Vec<u64> = (0..n as u64).map(|i| start + i % 60_000).collect();
+            // Every place of the first chunk (or of the whole minute) cancelled: compacted away.
+            let chunk = n.min(SPACE_CHUNK) as u32;
+            let cancel: Vec<u32> = (0..chunk).collect();
+            let space = Space::for_test(minute, &dues, &cancel);
+            let mut build = Build::new();
+            let (_, dropped) = build.start(&space);
+            build.step(usize::MAX, &space);
+            let mut run = Run::default();
+            build.finish_into(&mut run, 1);
+            let left: Vec<u32> = run
+                .rest()
+                .filter(|i| !cancel.contains(&i.place))
+                .map(|i| i.place)
+                .collect();
+            assert_eq!(left.len(), n - chunk as usize, "{n} places");
+            assert!(run.rest().count() + dropped <= n);
+        }
     }
 
     #[test]

@@ -339,3 +339,27 @@ fn cancelling_most_far_timers_compacts_their_chunks_as_it_goes() {
     assert_eq!(fired, 30_000);
     assert_eq!(wheel.tombstones(), 0);
 }
+
+/// A far minute whose timers are all cancelled compacts its chunks to nothing, and its sort
+/// (by comparison for a small minute, by counting for a big one) finds no place in them: the
+/// simulation found the sort asking a chunk compacted to nothing for its first place (seed
+/// 481,284,260).
+#[test]
+fn a_far_minute_cancelled_whole_sorts_as_empty() {
+    for n in [64u64, 80, 1_024, 1_100, 3_000] {
+        let mut wheel = TimingWheel::new(T0);
+        let far = T0 + 10 * 60_000;
+        let keys: Vec<TimerKey> = (0..n).map(|i| wheel.insert(far + i % 7, i)).collect();
+        let kept = wheel.insert(far + 20 * 60_000, n);
+        for &key in &keys {
+            assert!(wheel.cancel(key).is_some());
+        }
+        assert!(wheel.work_stats().swept_total > 0, "{n}: compacted");
+        assert_eq!(
+            drain(&mut wheel, T0 + 3_600_000),
+            vec![(far + 20 * 60_000, n)]
+        );
+        assert!(!wheel.contains(kept));
+        assert_eq!(wheel.tombstones(), 0, "{n}");
+    }
+}
