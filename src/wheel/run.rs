@@ -15,7 +15,7 @@
 //! each millisecond from both.
 
 use super::level::MS_PER_MINUTE;
-use super::spaces::{CHUNK as SPACE_CHUNK, Far, FarChunk, SECONDS, Space, kept_place};
+use super::spaces::{CHUNK as SPACE_CHUNK, Far, FarChunk, SECONDS, Space, bit, kept_place};
 
 /// Counters one unit of budget pays for when summing or clearing them: each is a few cycles,
 /// against a cache miss or two for an item moved.
@@ -263,12 +263,6 @@ pub(crate) struct Build<T> {
     gone: Vec<u64>,
 }
 
-/// Whether `place`'s bit is set in `bits`.
-#[inline]
-fn is_set(bits: &[u64], place: u32) -> bool {
-    bits[(place / 64) as usize] & (1u64 << (place % 64)) != 0
-}
-
 /// What a step did: units of budget spent, and items moved (what the wheel counts as
 /// cascaded).
 pub(crate) struct Stepped {
@@ -500,7 +494,7 @@ impl<T: Copy> Build<T> {
                         &self.gone,
                     );
                     let (walked, done) = for_far(space, self.chunk, self.at, left, |place, far| {
-                        if is_set(gone, place) {
+                        if bit(gone, place) {
                             return;
                         }
                         let offset = far.due_ms.wrapping_sub(minute_ms);

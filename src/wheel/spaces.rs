@@ -108,6 +108,12 @@ pub(crate) struct Space<T> {
     chunks: Vec<Chunk<T>>,
 }
 
+/// Whether `place`'s bit is set in a bitmap of places.
+#[inline]
+pub(crate) fn bit(bits: &[u64], place: u32) -> bool {
+    bits[(place / 64) as usize] & (1u64 << (place % 64)) != 0
+}
+
 /// The second of `minute` a far place's due time is in.
 #[inline]
 fn second_of(minute: u64, due_ms: u64) -> usize {
@@ -170,13 +176,13 @@ impl<T: Copy> Space<T> {
     }
 
     #[inline]
-    pub(crate) fn is_gone(&self, place: u32) -> bool {
-        self.gone[(place / 64) as usize] & (1u64 << (place % 64)) != 0
+    fn is_live(&self, place: u32) -> bool {
+        place < self.next && !bit(&self.gone, place)
     }
 
-    #[inline]
-    fn is_live(&self, place: u32) -> bool {
-        place < self.next && !self.is_gone(place)
+    /// Whether far places wait for a build.
+    fn has_unbuilt_far(&self) -> bool {
+        self.far_end > 0 && !self.built
     }
 
     /// The item of a held place.
@@ -584,17 +590,12 @@ impl<T: Copy> Spaces<T> {
             .far
             .first_from(from)
             .map(|slot| now_minute + super::level::ring_distance(from, slot, MINUTE_SLOTS));
-        let overflow = self.overflow.first_key_value().map(|(&m, _)| m);
-        match (ring, overflow) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        super::earlier(ring, self.overflow.first_key_value().map(|(&m, _)| m))
     }
 
     /// Whether `minute`'s space has far places not built yet.
     pub(crate) fn has_far(&self, minute: u64) -> bool {
-        self.space(minute)
-            .is_some_and(|s| !s.built && s.far_end > 0)
+        self.space(minute).is_some_and(Space::has_unbuilt_far)
     }
 
     /// Marks `minute`'s far places as taken by a build (it is the next minute, so in the
@@ -641,7 +642,7 @@ impl<T: Copy> Spaces<T> {
             let slot = Self::ring_slot(minute);
             assert!(self.ring[slot].is_none(), "ring slot {slot} is free");
             self.held.mark(slot);
-            if space.far_end > 0 && !space.built {
+            if space.has_unbuilt_far() {
                 self.far.mark(slot);
             }
             self.ring[slot] = Some(space);
