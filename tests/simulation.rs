@@ -8,15 +8,18 @@
 //!   replay check.
 //! - `SIM_SEED=123 cargo test --test simulation -- --nocapture`: replays one seed with a trace.
 //! - `SIM_SEED_DIGESTS=1` with `SIM_SEEDS`: each seed's trace hash on a line of its own.
+//! - A panic names its seed on stderr before the usual message (`simulation: panic while running
+//!   seed N`), also when its unwinding panics again and the process aborts.
 //! - `SIM_SEEDS=1000000 SIM_SEED_START=0 [SIM_THREADS=2] cargo test --release --test simulation
 //!   -- --nocapture seeds`: a campaign; prints seeds/s.
 
 mod model;
 mod sim;
 
+use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, Once};
 use std::time::Instant;
 
 use sim::run::{End, Report, run_seed, run_seed_with};
@@ -142,9 +145,38 @@ fn replay_command(seed: u64) -> String {
     format!("SIM_SEED={seed} cargo test --test simulation -- --nocapture seeds")
 }
 
+thread_local! {
+    /// The seed this thread is running, for the panic hook.
+    static RUNNING_SEED: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// Installs (once) a panic hook that names the seed the panicking thread was running, before
+/// the usual message. A panic is normally caught and reported as a failure with its seed, but
+/// one whose unwinding panics again (a destructor that asserts) aborts the process, and then
+/// this line is all that says which seed it was.
+fn name_seeds_in_panics() {
+    static INSTALLED: Once = Once::new();
+    INSTALLED.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if let Some(seed) = RUNNING_SEED.with(Cell::get) {
+                eprintln!(
+                    "simulation: panic while running seed {seed}\n  replay: {}",
+                    replay_command(seed)
+                );
+            }
+            previous(info);
+        }));
+    });
+}
+
 /// Runs one seed, turning a panic into a failure message.
 fn run_caught(seed: u64, verbose: bool) -> Result<Report, String> {
-    match catch_unwind(AssertUnwindSafe(|| run_seed(seed, verbose))) {
+    name_seeds_in_panics();
+    RUNNING_SEED.with(|s| s.set(Some(seed)));
+    let r = catch_unwind(AssertUnwindSafe(|| run_seed(seed, verbose)));
+    RUNNING_SEED.with(|s| s.set(None));
+    match r {
         Ok(Ok(report)) => Ok(report),
         Ok(Err(v)) => Err(format!("seed {seed}: oracle violation: {}", v.0)),
         Err(panic) => {
