@@ -33,7 +33,8 @@
 //! overflow map keyed by minute, which moves them into the ring as the horizon reaches them.
 //!
 //! A timer inserted while its minute is at least two minutes ahead is *far*: its due time and
-//! value are written once, at its place, and nowhere else (16 bytes with a `u64` value). While
+//! value are written once, at its place, and nowhere else (the due millisecond within its
+//! minute and the value, packed: 10 bytes with a `u64` value). While
 //! the wheel is in the minute before, the look-ahead sorts the space's far places by due
 //! millisecond into the minute's *run* (`run.rs`: by second, then each second by millisecond,
 //! two stable counting passes), and the fire takes each millisecond from the run's cursor. A

@@ -271,15 +271,15 @@ pub(crate) struct Stepped {
 }
 
 /// Calls `f` with each far place of `space`'s chunk `c` from its `at`-th held one on, at most
-/// `n` of them (place, item); returns how many it called it with and whether it reached the
-/// chunk's end.
+/// `n` of them (place, due offset in the minute, value); returns how many it called it with
+/// and whether it reached the chunk's end.
 #[inline]
 fn for_far<T: Copy>(
     space: &Space<T>,
     c: usize,
     at: usize,
     n: usize,
-    mut f: impl FnMut(u32, &Far<T>),
+    mut f: impl FnMut(u32, u16, T),
 ) -> (usize, bool) {
     let Some(FarChunk { first, items, kept }) = space.far_chunk(c) else {
         return (0, true);
@@ -287,18 +287,18 @@ fn for_far<T: Copy>(
     let end = items.len().min(at.saturating_add(n));
     match kept {
         None => {
-            for (i, item) in items[at..end].iter().enumerate() {
-                f(first + (at + i) as u32, item);
+            for (i, &Far { offset, value }) in items[at..end].iter().enumerate() {
+                f(first + (at + i) as u32, offset, value);
             }
         }
         // A compacted chunk may keep no place at all.
         Some(kept) if end > at => {
             let mut place = kept_place(kept, at);
-            for (i, item) in items[at..end].iter().enumerate() {
+            for (i, &Far { offset, value }) in items[at..end].iter().enumerate() {
                 if i > 0 {
                     place = next_kept(kept, place);
                 }
-                f(first + place, item);
+                f(first + place, offset, value);
             }
         }
         Some(_) => {}
@@ -348,18 +348,15 @@ impl<T: Copy> Build<T> {
 
     /// The item of a far place, its offset checked.
     #[inline]
-    fn item(&self, place: u32, far: &Far<T>) -> Item<T> {
-        let offset = far.due_ms.wrapping_sub(self.minute * MS_PER_MINUTE);
+    fn item(place: u32, offset: u16, value: T) -> Item<T> {
         assert!(
-            offset < MS_PER_MINUTE,
-            "place {place} due at {} in the space of minute {}",
-            far.due_ms,
-            self.minute
+            u64::from(offset) < MS_PER_MINUTE,
+            "place {place} due at {offset} ms into its minute"
         );
         Item {
-            value: far.value,
+            value,
             place,
-            offset: offset as u16,
+            offset,
         }
     }
 
@@ -406,8 +403,8 @@ impl<T: Copy> Build<T> {
             // Gone places too (the run drops them): the order a sort by comparison gives
             // timers due in the same millisecond depends on every item it sorts, and so does
             // the simulation's trace.
-            for_far(space, c, 0, usize::MAX, |place, far| {
-                small.push(self.item(place, far));
+            for_far(space, c, 0, usize::MAX, |place, offset, value| {
+                small.push(Self::item(place, offset, value));
             });
         }
         assert_eq!(small.len(), held, "the far places the chunks hold");
@@ -439,15 +436,14 @@ impl<T: Copy> Build<T> {
 
     /// The first far place's item, to fill fresh room with.
     fn filler(&self, space: &Space<T>) -> Item<T> {
-        let (place, far) = (0..)
+        (0..)
             .map_while(|c| space.far_chunk(c))
             .find_map(|chunk| {
-                let far = chunk.items.first()?;
+                let &Far { offset, value } = chunk.items.first()?;
                 let at = chunk.kept.map_or(0, |k| kept_place(k, 0));
-                Some((chunk.first + at, *far))
+                Some(Self::item(chunk.first + at, offset, value))
             })
-            .expect("a minute of more than SMALL_RUN items");
-        self.item(place, &far)
+            .expect("a minute of more than SMALL_RUN items")
     }
 
     /// Sorts on for about `budget` units; stops early once done. `space` is the minute's.
@@ -487,27 +483,16 @@ impl<T: Copy> Build<T> {
                         self.at = self.starts[0] as usize;
                         continue;
                     }
-                    let (minute_ms, scratch, next, gone) = (
-                        self.minute * MS_PER_MINUTE,
-                        &mut self.scratch,
-                        &mut self.next,
-                        &self.gone,
-                    );
-                    let (walked, done) = for_far(space, self.chunk, self.at, left, |place, far| {
-                        if bit(gone, place) {
-                            return;
-                        }
-                        let offset = far.due_ms.wrapping_sub(minute_ms);
-                        assert!(offset < MS_PER_MINUTE, "place {place} due in its minute");
-                        let at = &mut next[(offset / 1_000) as usize];
-                        let item = Item {
-                            value: far.value,
-                            place,
-                            offset: offset as u16,
-                        };
-                        scratch.set(*at as usize, item);
-                        *at += 1;
-                    });
+                    let (scratch, next, gone) = (&mut self.scratch, &mut self.next, &self.gone);
+                    let (walked, done) =
+                        for_far(space, self.chunk, self.at, left, |place, offset, value| {
+                            if bit(gone, place) {
+                                return;
+                            }
+                            let at = &mut next[usize::from(offset / 1_000)];
+                            scratch.set(*at as usize, Self::item(place, offset, value));
+                            *at += 1;
+                        });
                     stepped.spent += walked.max(1);
                     if done {
                         self.chunk += 1;

@@ -42,6 +42,12 @@ const CHUNK_WORDS: usize = CHUNK / 64;
 /// the places it drops.
 const COMPACT_RATIO: u32 = 4;
 const COMPACT_MIN: u16 = 64;
+/// Whole chunks' storage the spaces keep from minutes that ended, for the chunks of minutes
+/// being filled (256 chunks: 4 MiB with a `u64` value; at 10M timers an hour a minute takes
+/// about 160). A minute ends as later ones fill, so in a steady state its storage is taken
+/// again, touched and with no call to the allocator, where freeing and allocating it cost more
+/// than the copies the storage's growth would have (measured: `docs/benchmarks.md`).
+const SPARE_CHUNKS_MAX: usize = 256;
 /// Key minutes a wheel spans, counted from the minute of its creation: the last one takes every
 /// later due time. A key's generation is its minute plus one, so never 0, nor `u32::MAX`
 /// (which `TimerKey::from_u64` gives a key whose generation is 0).
@@ -49,10 +55,15 @@ pub(crate) const KEY_MINUTES: u64 = u32::MAX as u64 - 1;
 
 const _: () = assert!(CHUNK.is_multiple_of(64) && CHUNK <= u16::MAX as usize);
 
-/// A place's due time and value.
-#[derive(Clone, Copy, Debug)]
+/// A place's due time and value. The due time is the millisecond of its minute (2 bytes, where
+/// the time itself took 8), and the pair is packed, so a far timer costs 10 bytes with a `u64`
+/// value (16 with the value aligned).
+#[derive(Clone, Copy)]
+#[repr(C, packed(2))]
 pub(crate) struct Far<T> {
-    pub(crate) due_ms: u64,
+    /// A far place's due millisecond within its minute (a near place's is 0: its item in a
+    /// ring carries its due time).
+    pub(crate) offset: u16,
     pub(crate) value: T,
 }
 
@@ -114,15 +125,21 @@ pub(crate) fn bit(bits: &[u64], place: u32) -> bool {
     bits[(place / 64) as usize] & (1u64 << (place % 64)) != 0
 }
 
-/// The second of `minute` a far place's due time is in.
+/// The millisecond of `minute` a far place's due time is.
 #[inline]
-fn second_of(minute: u64, due_ms: u64) -> usize {
+fn offset_in(minute: u64, due_ms: u64) -> u16 {
     let offset = due_ms.wrapping_sub(minute * MS_PER_MINUTE);
     assert!(
         offset < MS_PER_MINUTE,
         "a far place due at {due_ms} in the space of minute {minute}"
     );
-    (offset / 1_000) as usize
+    offset as u16
+}
+
+/// The second of its minute a far place's offset is in.
+#[inline]
+fn second_of(offset: u16) -> usize {
+    usize::from(offset / 1_000)
 }
 
 /// A chunk's far places, as a build reads them.
@@ -185,25 +202,28 @@ impl<T: Copy> Space<T> {
         self.far_end > 0 && !self.built
     }
 
-    /// The item of a held place.
+    /// The chunk of a held place, and where the place is in its arrays.
     #[inline]
-    fn item(&self, place: u32) -> &Far<T> {
-        let chunk = &self.chunks[(place >> CHUNK_BITS) as usize];
-        let at = chunk.slot(place as usize % CHUNK).expect("a held place");
-        &chunk.items[at]
+    fn held(&self, place: u32) -> (usize, usize) {
+        let c = (place >> CHUNK_BITS) as usize;
+        let at = self.chunks[c].slot(place as usize % CHUNK);
+        (c, at.expect("a held place"))
     }
 
+    /// The value of a held place.
     #[inline]
-    fn item_mut(&mut self, place: u32) -> &mut Far<T> {
-        let chunk = &mut self.chunks[(place >> CHUNK_BITS) as usize];
-        let at = chunk.slot(place as usize % CHUNK).expect("a held place");
-        &mut chunk.items[at]
+    fn value(&self, place: u32) -> T {
+        let (c, at) = self.held(place);
+        self.chunks[c].items[at].value
     }
 
+    /// Takes the next place, for a timer due at `due_ms` (far or near), its storage from
+    /// `spare` if it opens a chunk after the first.
     #[inline]
-    fn push(&mut self, due_ms: u64, value: T, far: bool) -> u32 {
+    fn push(&mut self, due_ms: u64, value: T, far: bool, spare: &mut Vec<Vec<Far<T>>>) -> u32 {
         let place = self.next;
         assert!(place < u32::MAX, "key space of minute {} full", self.minute);
+        let mut offset = 0;
         if far {
             assert_eq!(self.far_end, place, "far places come before near ones");
             assert!(
@@ -212,8 +232,8 @@ impl<T: Copy> Space<T> {
                 self.minute
             );
             self.far_end = place + 1;
-            let second = second_of(self.minute, due_ms);
-            self.far_seconds[second] += 1;
+            offset = offset_in(self.minute, due_ms);
+            self.far_seconds[second_of(offset)] += 1;
         }
         if place.is_multiple_of(64) {
             self.gone.push(0);
@@ -222,8 +242,16 @@ impl<T: Copy> Space<T> {
             }
         }
         if (place as usize).is_multiple_of(CHUNK) {
+            // A minute's first chunk grows as it fills (a minute of a few timers stays small);
+            // a minute that filled one is a big one, and its later chunks are taken whole, with
+            // no copies on the way.
+            let items = if place == 0 {
+                Vec::new()
+            } else {
+                spare.pop().unwrap_or_else(|| Vec::with_capacity(CHUNK))
+            };
             self.chunks.push(Chunk {
-                items: Vec::new(),
+                items,
                 kept: None,
                 live: 0,
                 held: 0,
@@ -240,7 +268,7 @@ impl<T: Copy> Space<T> {
             let target = (chunk.items.capacity() * 2).clamp(4, CHUNK);
             chunk.items.reserve_exact(target - chunk.items.len());
         }
-        chunk.items.push(Far { due_ms, value });
+        chunk.items.push(Far { offset, value });
         chunk.live += 1;
         chunk.held += 1;
         self.next += 1;
@@ -251,14 +279,14 @@ impl<T: Copy> Space<T> {
     /// Marks a live place gone (a cancel or a move) and returns its value, compacting its
     /// chunk if few live places are left in it.
     fn cancel(&mut self, place: u32) -> Cancelled<T> {
-        let Far { due_ms, value } = *self.item(place);
+        let (c, at) = self.held(place);
+        let Far { offset, value } = self.chunks[c].items[at];
         self.gone[(place / 64) as usize] |= 1u64 << (place % 64);
         if place < self.far_end && !self.built {
             // The build sorts the far places live when it starts (see `far_seconds`).
-            self.far_seconds[second_of(self.minute, due_ms)] -= 1;
+            self.far_seconds[second_of(offset)] -= 1;
         }
         self.live -= 1;
-        let c = (place >> CHUNK_BITS) as usize;
         self.chunks[c].live -= 1;
         let chunk = &self.chunks[c];
         // Only far places may go: a near place's item is in a ring, which drops it. Near places
@@ -326,7 +354,7 @@ impl<T: Copy> Space<T> {
         self.gone[word] |= bit;
         self.live -= 1;
         let set = self.set.get(word).is_some_and(|w| w & bit != 0);
-        Some(set.then(|| self.item(place).value))
+        Some(set.then(|| self.value(place)))
     }
 
     /// The far places a build sorts, chunk by chunk: the places each chunk holds below
@@ -339,22 +367,16 @@ impl<T: Copy> Space<T> {
             return None;
         }
         let far = (self.far_end - first) as usize;
-        match &chunk.kept {
-            None => Some(FarChunk {
-                first,
-                items: &chunk.items[..far.min(chunk.items.len())],
-                kept: None,
-            }),
-            Some(kept) => {
-                // The kept places below `far_end` (near ones may follow them).
-                let far = rank_before(kept, far);
-                Some(FarChunk {
-                    first,
-                    items: &chunk.items[..far],
-                    kept: Some(kept),
-                })
-            }
-        }
+        let (far, kept) = match &chunk.kept {
+            None => (far.min(chunk.items.len()), None),
+            // The kept places below `far_end` (near ones may follow them).
+            Some(kept) => (rank_before(kept, far), Some(&**kept)),
+        };
+        Some(FarChunk {
+            first,
+            items: &chunk.items[..far],
+            kept,
+        })
     }
 }
 
@@ -365,7 +387,10 @@ impl Space<u64> {
     pub(crate) fn for_test(minute: u64, dues: &[u64], cancel: &[u32]) -> Self {
         let mut space = Self::new(minute);
         for (place, &due_ms) in dues.iter().enumerate() {
-            assert_eq!(space.push(due_ms, place as u64, true), place as u32);
+            assert_eq!(
+                space.push(due_ms, place as u64, true, &mut Vec::new()),
+                place as u32
+            );
         }
         for &place in cancel {
             assert_eq!(space.cancel(place).value, u64::from(place));
@@ -421,6 +446,8 @@ pub(crate) struct Spaces<T> {
     overflow: BTreeMap<u64, Box<Space<T>>>,
     /// Live keys, all spaces together.
     live: usize,
+    /// Empty storage of whole chunks, from minutes that ended (see [`SPARE_CHUNKS_MAX`]).
+    spare: Vec<Vec<Far<T>>>,
 }
 
 /// A key minute's generation (minute plus one: never 0) and back.
@@ -441,6 +468,7 @@ impl<T: Copy> Spaces<T> {
             far: Occupancy::new(MINUTE_SLOTS),
             overflow: BTreeMap::new(),
             live: 0,
+            spare: Vec::new(),
         }
     }
 
@@ -519,7 +547,7 @@ impl<T: Copy> Spaces<T> {
                 .overflow
                 .entry(minute)
                 .or_insert_with(|| Box::new(Space::new(minute)))
-                .push(due_ms, value, far);
+                .push(due_ms, value, far, &mut self.spare);
         }
         if self.ring.is_empty() {
             self.ring = (0..MINUTE_SLOTS).map(|_| None).collect();
@@ -531,7 +559,7 @@ impl<T: Copy> Spaces<T> {
         if far {
             self.far.mark(slot);
         }
-        space.push(due_ms, value, far)
+        space.push(due_ms, value, far, &mut self.spare)
     }
 
     /// Whether key (`minute`, `place`) is live.
@@ -543,7 +571,7 @@ impl<T: Copy> Spaces<T> {
     /// The value of a live key.
     pub(crate) fn value(&self, minute: u64, place: u32) -> Option<T> {
         let space = self.space(minute)?;
-        space.is_live(place).then(|| space.item(place).value)
+        space.is_live(place).then(|| space.value(place))
     }
 
     /// Replaces the value of a live key; `false` if the key is not live.
@@ -551,7 +579,8 @@ impl<T: Copy> Spaces<T> {
         let Some(space) = self.space_mut(minute).filter(|s| s.is_live(place)) else {
             return false;
         };
-        space.item_mut(place).value = value;
+        let (c, at) = space.held(place);
+        space.chunks[c].items[at].value = value;
         if space.set.is_empty() {
             space.set = vec![0; space.gone.len()];
         }
@@ -622,7 +651,8 @@ impl<T: Copy> Spaces<T> {
                     "minute {} left with live timers",
                     space.minute
                 );
-                self.ring[s] = None;
+                let space = self.ring[s].take().expect("a held slot");
+                self.keep_spare(*space);
                 self.held.unmark(s);
                 self.far.unmark(s);
             }
@@ -646,6 +676,21 @@ impl<T: Copy> Spaces<T> {
                 self.far.mark(slot);
             }
             self.ring[slot] = Some(space);
+        }
+    }
+
+    /// Keeps the whole chunks' storage of an ended minute's space for later chunks, up to
+    /// [`SPARE_CHUNKS_MAX`].
+    fn keep_spare(&mut self, space: Space<T>) {
+        for chunk in space.chunks {
+            if self.spare.len() >= SPARE_CHUNKS_MAX {
+                break;
+            }
+            if chunk.items.capacity() >= CHUNK {
+                let mut items = chunk.items;
+                items.clear();
+                self.spare.push(items);
+            }
         }
     }
 
