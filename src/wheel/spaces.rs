@@ -43,7 +43,7 @@ const CHUNK_WORDS: usize = CHUNK / 64;
 const COMPACT_RATIO: u32 = 4;
 const COMPACT_MIN: u16 = 64;
 /// Whole chunks' storage the spaces keep from minutes that ended, for the chunks of minutes
-/// being filled (256 chunks: 4 MiB with a `u64` value; at 10M timers an hour a minute takes
+/// being filled (256 chunks: 2.5 MiB with a `u64` value; at 10M timers an hour a minute takes
 /// about 160). A minute ends as later ones fill, so in a steady state its storage is taken
 /// again, touched and with no call to the allocator, where freeing and allocating it cost more
 /// than the copies the storage's growth would have (measured: `docs/benchmarks.md`).
