@@ -33,7 +33,8 @@ enum Due {
 enum Op {
     Insert(Due),
     Burst(Due, u16),
-    Cancel(usize),
+    /// Cancels a timer picked, by `remove` (no value read) when the flag is set.
+    Cancel(usize, bool),
     Reschedule(usize, Due),
     /// Gives a timer another value (`TimingWheel::set`): its top bit flips.
     Relabel(usize),
@@ -78,7 +79,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         8 => due().prop_map(Op::Insert),
         1 => (due(), 1..3_000u16).prop_map(|(d, n)| Op::Burst(d, n)),
-        4 => any::<usize>().prop_map(Op::Cancel),
+        4 => (any::<usize>(), any::<bool>()).prop_map(|(k, remove)| Op::Cancel(k, remove)),
         2 => (any::<usize>(), due()).prop_map(|(k, d)| Op::Reschedule(k, d)),
         1 => any::<usize>().prop_map(Op::Relabel),
         1 => (any::<usize>(), any::<bool>()).prop_map(|(k, keep)| Op::CancelMinute(k, keep)),
@@ -236,16 +237,22 @@ impl Harness {
                     self.insert(due_ms);
                 }
             }
-            Op::Cancel(k) => {
+            Op::Cancel(k, remove) => {
                 if let Some((key, seq)) = self.pick(*k) {
                     if !self.is_live(key, seq) {
-                        assert_eq!(self.wheel.cancel(key), None, "a stale key");
+                        match remove {
+                            true => assert!(!self.wheel.remove(key), "a stale key"),
+                            false => assert_eq!(self.wheel.cancel(key), None, "a stale key"),
+                        }
                         return self.check();
                     }
                     let (effective, _) = self.model.by_seq.remove(&seq).expect("live");
                     self.model.pending.remove(&(effective, seq));
                     let value = self.model.values.remove(&seq).unwrap_or(seq);
-                    assert_eq!(self.wheel.cancel(key), Some(value));
+                    match remove {
+                        true => assert!(self.wheel.remove(key)),
+                        false => assert_eq!(self.wheel.cancel(key), Some(value)),
+                    }
                 }
             }
             Op::Reschedule(k, due) => {
@@ -285,7 +292,11 @@ impl Harness {
                         let value = self.model.values.remove(&s).unwrap_or(s);
                         self.model.by_seq.remove(&s);
                         self.model.pending.remove(&(e, s));
-                        assert_eq!(self.wheel.cancel(key), Some(value));
+                        // Half by `remove`, which reads no value.
+                        match s % 2 {
+                            0 => assert!(self.wheel.remove(key)),
+                            _ => assert_eq!(self.wheel.cancel(key), Some(value)),
+                        }
                     }
                 }
             }
@@ -406,7 +417,7 @@ fn burst_drained_in_batches_while_inserts_and_cancels_flow() {
             h.poll(h.clock_ms);
         }
         h.apply(&Op::Insert(Due::Near((round as u64 * 37) % 3_000)));
-        h.apply(&Op::Cancel(round * 101));
+        h.apply(&Op::Cancel(round * 101, round % 2 == 0));
         h.check();
     }
     h.apply(&Op::Advance(6 * DAY as i64, u16::MAX));
@@ -423,7 +434,7 @@ fn mass_cancels_are_compacted_while_the_rest_fire_in_order() {
         h.insert(T0 + 1 + (i * 7_919) % (3 * HOUR));
     }
     for k in (0..n).filter(|k| k % 10 != 0) {
-        h.apply(&Op::Cancel(k));
+        h.apply(&Op::Cancel(k, k % 3 == 0));
     }
     for k in (0..n).step_by(30) {
         h.apply(&Op::Reschedule(k, Due::Hours((k as u64 * 13) % (3 * HOUR))));
@@ -442,7 +453,7 @@ fn mass_cancels_are_compacted_while_the_rest_fire_in_order() {
         h.apply(&Op::Advance(((round * 7_777) % 20_000) as i64, u16::MAX));
         if round % 3 == 0 {
             h.apply(&Op::Insert(Due::Hours((round * 1_234_567) % (3 * HOUR))));
-            h.apply(&Op::Cancel(round as usize * 977));
+            h.apply(&Op::Cancel(round as usize * 977, round % 2 == 1));
         }
     }
     h.finish();

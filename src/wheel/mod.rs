@@ -320,19 +320,39 @@ impl<T: Copy> TimingWheel<T> {
     }
 
     /// Ends a live key: its place is gone, and its item a tombstone (or compacted away).
-    fn end(&mut self, key: TimerKey) -> Option<T> {
+    /// Returns its value if `read` (else `None` in its place); `None` if the key is stale.
+    #[inline]
+    fn end(&mut self, key: TimerKey, read: bool) -> Option<Option<T>> {
         let minute = self.spaces.minute_of(key.generation.get());
-        let cancelled = self.spaces.cancel(minute, key.index)?;
+        let (value, ended) = self.spaces.end(minute, key.index, read)?;
         self.tombstones += 1;
-        self.tombstones -= cancelled.dropped;
-        self.stats.tombstones_dropped += cancelled.dropped;
-        self.stats.swept_total += cancelled.read as u64;
-        Some(cancelled.value)
+        self.tombstones -= ended.dropped;
+        self.stats.tombstones_dropped += ended.dropped;
+        self.stats.swept_total += ended.read as u64;
+        Some(value)
     }
 
     /// Removes a pending timer and returns its value; `None` if the key is stale.
     pub fn cancel(&mut self, key: TimerKey) -> Option<T> {
-        self.end(key)
+        self.end(key, true)
+            .map(|value| value.expect("the value read"))
+    }
+
+    /// Removes a pending timer, as [`cancel`](Self::cancel) does, without reading its value:
+    /// `false` if the key is stale. The cheaper call when the value is not needed: it touches
+    /// only the bits and counters of the timer's minute, not where the timer's value lies.
+    ///
+    /// ```
+    /// use timewheel::wheel::TimingWheel;
+    ///
+    /// let mut wheel = TimingWheel::new(0);
+    /// let key = wheel.insert(60 * 60_000, "in an hour");
+    /// assert!(wheel.remove(key));
+    /// assert!(!wheel.remove(key), "a stale key reaches nothing");
+    /// assert!(wheel.is_empty());
+    /// ```
+    pub fn remove(&mut self, key: TimerKey) -> bool {
+        self.end(key, false).is_some()
     }
 
     /// Moves a pending timer to `due_ms` with its value, and returns its new key (the old
@@ -350,7 +370,7 @@ impl<T: Copy> TimingWheel<T> {
     /// assert_eq!(wheel.poll(1_000), None, "fired once");
     /// ```
     pub fn reschedule(&mut self, key: TimerKey, due_ms: u64) -> Option<TimerKey> {
-        let value = self.end(key)?;
+        let value = self.end(key, true)?.expect("the value read");
         Some(self.insert(due_ms, value))
     }
 
@@ -594,6 +614,19 @@ impl<T: Copy> TimingWheel<T> {
     /// may hold only tombstones); `None` when nothing is due at `now_ms`, after using the call
     /// to move the wheel's time and to work ahead.
     fn due_source(&mut self, now_ms: u64) -> Option<Source> {
+        if now_ms < self.bound_ms {
+            // Nothing is due (tombstones included): only move the wheel's time (if the clock
+            // did not go back) and use the idle call to cascade the next second and minute
+            // ahead of time. The one test most polls make (a timer thread polls every
+            // millisecond, and most milliseconds are empty when timers are sparse).
+            if now_ms >= self.next_second_ms {
+                self.advance(now_ms);
+            } else if now_ms > self.now_ms {
+                self.now_ms = now_ms;
+            }
+            self.idle_work();
+            return None;
+        }
         if now_ms >= self.now_ms {
             // The ms slot of the wheel's time holds the timers effectively due at exactly that
             // time, the earliest any pending timer can be, and so does the run's next item if
@@ -606,17 +639,6 @@ impl<T: Copy> TimingWheel<T> {
             if self.run.next_due() == Some(self.now_ms) {
                 return Some(Source::Run);
             }
-        }
-        if now_ms < self.bound_ms {
-            // Nothing is due: only move the wheel's time (if the clock did not go back) and
-            // use the idle call to cascade the next second and minute ahead of time.
-            if now_ms >= self.next_second_ms {
-                self.advance(now_ms);
-            } else if now_ms > self.now_ms {
-                self.now_ms = now_ms;
-            }
-            self.idle_work();
-            return None;
         }
         loop {
             let first = self.first_ms();

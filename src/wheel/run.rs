@@ -229,9 +229,10 @@ enum Phase {
 
 /// A minute's run being sorted, from the far places of its space (which stay where they are:
 /// the space still answers `get` and `cancel` for them), in two stable passes: by second into
-/// a scratch, 60 streams of writes (the space counts its far places by second as they come),
-/// then each second by millisecond into the output, within the few tens of kilobytes a
-/// second's timers take. One pass by millisecond wrote at random over the whole minute's
+/// a scratch, 60 streams of writes (the space counts its far places by second as they come, so
+/// each second has room for every far place taken in it, gone ones included: a cancel does
+/// not read the place's due time), then each second by millisecond into the output, within the
+/// few tens of kilobytes a second's timers take. One pass by millisecond wrote at random over the whole minute's
 /// items (2.7 MB at 10M timers an hour), a cache miss each.
 pub(crate) struct Build<T> {
     phase: Phase,
@@ -243,12 +244,16 @@ pub(crate) struct Build<T> {
     at: usize,
     /// The second being sorted by millisecond.
     second: usize,
-    /// The far places of the space.
+    /// The live far places of the space: the run's items.
     total: usize,
-    /// Where each second's items start in the scratch and the output; then, while
-    /// scattering, where the next one goes.
+    /// The far places the space took, gone ones included: the scratch's room.
+    room: usize,
+    /// Where each second's room starts in the scratch; where its next item goes while
+    /// scattering, then where its items end.
     starts: [u32; SECONDS + 1],
     next: [u32; SECONDS],
+    /// Where each second's items start in the output (once scattered).
+    placed: [u32; SECONDS + 1],
     /// Items of each millisecond of the second being sorted; then where the next one goes.
     counts: Box<[u32; 1_000]>,
     /// The sorted items, the first `total` of `out`; what lies beyond is room from a bigger
@@ -326,8 +331,10 @@ impl<T: Copy> Build<T> {
             at: 0,
             second: 0,
             total: 0,
+            room: 0,
             starts: [0; SECONDS + 1],
             next: [0; SECONDS],
+            placed: [0; SECONDS + 1],
             counts: Box::new([0; 1_000]),
             out: Items::default(),
             scratch: Items::default(),
@@ -381,7 +388,15 @@ impl<T: Copy> Build<T> {
         }
         self.starts[SECONDS] = sum;
         self.next.copy_from_slice(&self.starts[..SECONDS]);
-        self.total = sum as usize;
+        self.room = sum as usize;
+        self.total = space.far_live() as usize;
+        assert!(
+            self.total <= held && held <= self.room,
+            "minute {}: {} live far places, {held} held, {} taken",
+            self.minute,
+            self.total,
+            self.room
+        );
         let dropped = held - self.total;
         let copied = self.gone.len() / CHEAP_PER_UNIT;
         if held > SMALL_RUN {
@@ -435,7 +450,7 @@ impl<T: Copy> Build<T> {
     }
 
     /// The first far place's item, to fill fresh room with.
-    fn filler(&self, space: &Space<T>) -> Item<T> {
+    fn filler(space: &Space<T>) -> Item<T> {
         (0..)
             .map_while(|c| space.far_chunk(c))
             .find_map(|chunk| {
@@ -457,27 +472,33 @@ impl<T: Copy> Build<T> {
             let left = budget - stepped.spent;
             match self.phase {
                 Phase::Grow => {
-                    let shed = self.out.shed(self.total) || self.scratch.shed(self.total);
+                    let shed = self.out.shed(self.total) || self.scratch.shed(self.room);
                     if shed {
                         stepped.spent += UNITS_PER_CHUNK_FREED;
                         continue;
                     }
-                    let room = self.out.len().min(self.scratch.len());
-                    if room >= self.total {
+                    let (items, needed) = match self.out.len() < self.total {
+                        true => (&mut self.out, self.total),
+                        false => (&mut self.scratch, self.room),
+                    };
+                    if items.len() >= needed {
                         self.seek(Phase::Scatter);
                         continue;
                     }
-                    let filler = self.filler(space);
-                    let n = (self.total - room).min(left.saturating_mul(GROW_PER_UNIT));
-                    let grown = match self.out.len() < self.total {
-                        true => self.out.grow(n, filler),
-                        false => self.scratch.grow(n, filler),
-                    };
-                    stepped.spent += grown.div_ceil(GROW_PER_UNIT);
+                    let filler = Self::filler(space);
+                    let n = (needed - items.len()).min(left.saturating_mul(GROW_PER_UNIT));
+                    stepped.spent += items.grow(n, filler).div_ceil(GROW_PER_UNIT);
                 }
                 Phase::Scatter => {
                     if space.far_chunk(self.chunk).is_none() {
-                        assert_eq!(self.next[..], self.starts[1..], "every far place counted");
+                        let mut sum = 0;
+                        for second in 0..SECONDS {
+                            assert!(self.next[second] <= self.starts[second + 1]);
+                            self.placed[second] = sum;
+                            sum += self.next[second] - self.starts[second];
+                        }
+                        self.placed[SECONDS] = sum;
+                        assert_eq!(sum as usize, self.total, "every live far place scattered");
                         self.second = 0;
                         self.seek(Phase::Count);
                         self.at = self.starts[0] as usize;
@@ -502,7 +523,7 @@ impl<T: Copy> Build<T> {
                     }
                 }
                 Phase::Count => {
-                    let end = self.starts[self.second + 1] as usize;
+                    let end = self.next[self.second] as usize;
                     let stop = end.min(self.at.saturating_add(left));
                     let base = (self.second * 1_000) as u16;
                     let mut i = self.at;
@@ -517,7 +538,7 @@ impl<T: Copy> Build<T> {
                     self.at = stop;
                     if self.at == end {
                         // The counts become where each millisecond's items go.
-                        let mut sum = self.starts[self.second];
+                        let mut sum = self.placed[self.second];
                         for count in self.counts.iter_mut() {
                             let first = sum;
                             sum += *count;
@@ -529,15 +550,16 @@ impl<T: Copy> Build<T> {
                     }
                 }
                 Phase::Place => {
-                    let end = self.starts[self.second + 1] as usize;
+                    let end = self.next[self.second] as usize;
                     let stop = end.min(self.at.saturating_add(left));
                     let base = (self.second * 1_000) as u16;
-                    let first = self.starts[self.second] as usize;
+                    let first = self.placed[self.second] as usize;
+                    let last = self.placed[self.second + 1] as usize;
                     // A second's items mostly lie in one chunk of the output: then they are
                     // placed through one slice.
                     let (scratch, counts) = (&self.scratch, &mut self.counts);
                     let mut i = self.at;
-                    match self.out.range_mut(first, end) {
+                    match self.out.range_mut(first, last) {
                         Some(region) => {
                             while i < stop {
                                 let items = scratch.within_chunk(i, stop);
@@ -665,12 +687,22 @@ mod tests {
             .chain([4_100, 4_200])
             .collect();
         let space = Space::for_test(minute, &dues, &cancel);
-        let mut build = Build::new();
-        let (_, dropped) = build.start(&space);
-        assert_eq!(dropped, 2, "the two gone places the chunks still held");
-        build.step(usize::MAX, &space);
-        let mut run = Run::default();
-        build.finish_into(&mut run, 1);
+        // Each second's room in the scratch counts its gone places too: the run has none of
+        // them, whatever the budget of the steps.
+        for budget in [1, 7, 1024, usize::MAX] {
+            let mut build = Build::new();
+            let (_, dropped) = build.start(&space);
+            assert_eq!(dropped, 2, "the two gone places the chunks still held");
+            while build.is_busy() {
+                build.step(budget, &space);
+            }
+            let mut run = Run::default();
+            build.finish_into(&mut run, 1);
+            check_kept(&run, &dues, &cancel);
+        }
+    }
+
+    fn check_kept(run: &Run<u64>, dues: &[u64], cancel: &[u32]) {
         let mut got: Vec<(u64, u32)> = run.rest().map(|i| (run.due_ms(&i), i.place)).collect();
         let mut expected: Vec<(u64, u32)> = (0..dues.len() as u32)
             .filter(|p| !cancel.contains(p))

@@ -109,10 +109,12 @@ pub(crate) struct Space<T> {
     built: bool,
     /// A bit per place: fired, cancelled or moved.
     gone: Vec<u64>,
-    /// The live far places, by second of the minute they are due in (until the build takes
-    /// them): what the build's first pass needs to place each second's timers together (see
-    /// `run.rs`).
+    /// The far places taken, by second of the minute they are due in, gone ones included (a
+    /// cancel does not read its place's due time, a cache miss at random): room enough for the
+    /// build's first pass to place each second's live timers together (see `run.rs`).
     far_seconds: [u32; SECONDS],
+    /// Far places not gone (until the build takes them).
+    far_live: u32,
     /// A bit per place whose value `set` replaced after its item was made; empty until the
     /// first `set`.
     set: Vec<u64>,
@@ -152,10 +154,9 @@ pub(crate) struct FarChunk<'a, T> {
     pub(crate) kept: Option<&'a [u64; CHUNK_WORDS]>,
 }
 
-/// What a cancel left behind.
-pub(crate) struct Cancelled<T> {
-    pub(crate) value: T,
-    /// Tombstones the cancel's compaction dropped.
+/// What ending a place (a cancel or a move) left behind.
+pub(crate) struct Ended {
+    /// Tombstones the compaction it made dropped.
     pub(crate) dropped: u64,
     /// Places the compaction read.
     pub(crate) read: usize,
@@ -171,15 +172,20 @@ impl<T: Copy> Space<T> {
             built: false,
             gone: Vec::new(),
             far_seconds: [0; SECONDS],
+            far_live: 0,
             set: Vec::new(),
             chunks: Vec::new(),
         }
     }
 
-    /// How many far places are live, by second of the minute (as of the build's start, once
-    /// it started).
+    /// How many far places were taken, by second of the minute, gone ones included.
     pub(crate) fn far_seconds(&self) -> [u32; SECONDS] {
         self.far_seconds
+    }
+
+    /// How many far places are live (as of the build's start, once it started).
+    pub(crate) fn far_live(&self) -> u32 {
+        self.far_live
     }
 
     /// The absolute minute.
@@ -234,6 +240,7 @@ impl<T: Copy> Space<T> {
             self.far_end = place + 1;
             offset = offset_in(self.minute, due_ms);
             self.far_seconds[second_of(offset)] += 1;
+            self.far_live += 1;
         }
         if place.is_multiple_of(64) {
             self.gone.push(0);
@@ -276,15 +283,15 @@ impl<T: Copy> Space<T> {
         place
     }
 
-    /// Marks a live place gone (a cancel or a move) and returns its value, compacting its
-    /// chunk if few live places are left in it.
-    fn cancel(&mut self, place: u32) -> Cancelled<T> {
-        let (c, at) = self.held(place);
-        let Far { offset, value } = self.chunks[c].items[at];
+    /// Marks a live place gone (a cancel or a move), compacting its chunk if few live places
+    /// are left in it. It reads no place's item: only the space's bits and counters, which
+    /// stay in cache where the items (10 bytes a timer) do not.
+    fn end(&mut self, place: u32) -> Ended {
+        let c = (place >> CHUNK_BITS) as usize;
         self.gone[(place / 64) as usize] |= 1u64 << (place % 64);
         if place < self.far_end && !self.built {
-            // The build sorts the far places live when it starts (see `far_seconds`).
-            self.far_seconds[second_of(offset)] -= 1;
+            // The build sorts the far places live when it starts.
+            self.far_live -= 1;
         }
         self.live -= 1;
         self.chunks[c].live -= 1;
@@ -302,11 +309,7 @@ impl<T: Copy> Space<T> {
             dropped = u64::from(chunk.held - chunk.live);
             self.compact(c);
         }
-        Cancelled {
-            value,
-            dropped,
-            read,
-        }
+        Ended { dropped, read }
     }
 
     /// Keeps only the live places of chunk `c`.
@@ -393,7 +396,8 @@ impl Space<u64> {
             );
         }
         for &place in cancel {
-            assert_eq!(space.cancel(place).value, u64::from(place));
+            assert_eq!(space.value(place), u64::from(place));
+            space.end(place);
         }
         space
     }
@@ -588,12 +592,19 @@ impl<T: Copy> Spaces<T> {
         true
     }
 
-    /// Ends a live key by a cancel or a move; `None` if the key is not live.
-    pub(crate) fn cancel(&mut self, minute: u64, place: u32) -> Option<Cancelled<T>> {
+    /// Ends a live key by a cancel or a move, and returns its value if `read` (else `None`
+    /// in its place: no read of the place's item); `None` if the key is not live.
+    pub(crate) fn end(
+        &mut self,
+        minute: u64,
+        place: u32,
+        read: bool,
+    ) -> Option<(Option<T>, Ended)> {
         let space = self.space_mut(minute).filter(|s| s.is_live(place))?;
-        let cancelled = space.cancel(place);
+        let value = read.then(|| space.value(place));
+        let ended = space.end(place);
         self.live -= 1;
-        Some(cancelled)
+        Some((value, ended))
     }
 
     /// Marks the place of an item being fired gone (see [`Space::fire`]); `None` (a

@@ -63,7 +63,7 @@ impl Timers for Wheel {
     }
     #[inline]
     fn cancel(&mut self, key: TimerKey) -> bool {
-        self.wheel.cancel(key).is_some()
+        self.wheel.remove(key)
     }
     #[inline]
     fn poll(&mut self, now_ms: u64) -> Option<u64> {
