@@ -454,8 +454,12 @@ impl<T: Copy> TimingWheel<T> {
     /// Call it until it returns `None`; each call does a bounded amount of work, except the
     /// first call after a jump, which cascades what the look-ahead could not (see the
     /// module docs). Timers come out in non-decreasing effective due order.
+    #[inline]
     pub fn poll(&mut self, now_ms: u64) -> Option<(TimerKey, u64, T)> {
         let now_ms = now_ms.min(self.last_ms);
+        if self.quiet(now_ms) {
+            return None;
+        }
         let before = self.stats.cascaded_total;
         let fired = self.poll_inner(now_ms);
         let moved = self.stats.cascaded_total - before;
@@ -482,6 +486,7 @@ impl<T: Copy> TimingWheel<T> {
     /// assert!(fired.windows(2).all(|w| w[0].1 <= w[1].1), "in due order");
     /// assert_eq!(wheel.len(), 3); // due at 7
     /// ```
+    #[inline]
     pub fn poll_many(
         &mut self,
         now_ms: u64,
@@ -489,6 +494,33 @@ impl<T: Copy> TimingWheel<T> {
         out: &mut Vec<(TimerKey, u64, T)>,
     ) -> usize {
         let now_ms = now_ms.min(self.last_ms);
+        if max == 0 || self.quiet(now_ms) {
+            return 0;
+        }
+        self.poll_many_inner(now_ms, max, out)
+    }
+
+    /// Whether a poll at `now_ms` (at most [`last_ms`](Self::last_ms)) has nothing to do but
+    /// store the time: nothing is due (tombstones included), the second has not ended, and
+    /// nothing waits to be cascaded or sorted ahead of time. If so, it stores the time: the
+    /// whole of such a poll, inlined into the caller (a timer thread polls every millisecond,
+    /// and most of them are quiet when timers are sparse).
+    #[inline]
+    fn quiet(&mut self, now_ms: u64) -> bool {
+        let quiet =
+            now_ms < self.bound_ms && now_ms < self.next_second_ms && !self.look_ahead_pending;
+        if quiet && now_ms > self.now_ms {
+            self.now_ms = now_ms;
+        }
+        quiet
+    }
+
+    fn poll_many_inner(
+        &mut self,
+        now_ms: u64,
+        max: usize,
+        out: &mut Vec<(TimerKey, u64, T)>,
+    ) -> usize {
         let before = self.stats.cascaded_total;
         let mut fired = 0;
         while fired < max {
