@@ -570,7 +570,7 @@ pub(crate) fn background_io_class() {
 }
 
 impl MmapFile {
-    /// Unmaps the whole pages of `start .. end` below the page the highest copy ended in,
+    /// Unmaps the pages that `start .. end` touches below the page the highest copy ended in,
     /// ahead of their write-back (`MADV_DONTNEED`): the log appends, so no copy writes them
     /// again, and their write-back then has no mapping to write-protect. Mapped, each page
     /// written back was write-protected on its own, and each write-protection flushed the
@@ -582,7 +582,8 @@ impl MmapFile {
         const PAGE: usize = 4096;
         let f = &*self.shared;
         let copied_end = *f.copy_lock.read().unwrap_or_else(PoisonError::into_inner);
-        let first = start.div_ceil(PAGE) * PAGE;
+        // The page holding `start` too: a page below the last copy's is complete.
+        let first = (start / PAGE) * PAGE;
         let last = (end.min(usize::try_from(copied_end).unwrap_or(usize::MAX)) / PAGE) * PAGE;
         if first >= last {
             return;
