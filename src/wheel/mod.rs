@@ -525,14 +525,37 @@ impl<T: Copy> TimingWheel<T> {
         let mut fired = 0;
         while fired < max {
             fired += match self.due_source(now_ms) {
-                Some(Source::Ms(slot)) => self.fire_many(slot, max - fired, out),
-                Some(Source::Run) => self.fire_run_many(max - fired, out),
+                Some(Source::Ms(slot)) => {
+                    let n = self.fire_many(slot, max - fired, out);
+                    if self.ms.is_empty_slot(slot) {
+                        self.raise_bound();
+                    }
+                    n
+                }
+                Some(Source::Run) => {
+                    let n = self.fire_run_many(max - fired, out);
+                    self.raise_bound();
+                    n
+                }
                 None => break,
             };
         }
         let moved = self.stats.cascaded_total - before;
         self.stats.cascaded_per_poll_max = self.stats.cascaded_per_poll_max.max(moved);
         fired
+    }
+
+    /// Once the ms slot of the wheel's time is empty: nothing is pending before the run's
+    /// next item or the next millisecond, whichever is earlier (the ms ring's other items,
+    /// the second ring's and the far ones are all later), so a poll at the wheel's time
+    /// returns at its first test, not after looking for the next due time. (A fire from the
+    /// run leaves the ms slot as it found it: empty, or the slot would have fired first.)
+    #[inline]
+    fn raise_bound(&mut self) {
+        let next = self.run.next_due().unwrap_or(u64::MAX);
+        let bound = next.min(self.now_ms.saturating_add(1));
+        debug_assert!(bound >= self.bound_ms, "a bound only rises here");
+        self.bound_ms = bound;
     }
 
     /// Fires up to `max` live items of ms slot `slot` (the slot of the wheel's time) into

@@ -15,7 +15,9 @@
 //! each millisecond from both.
 
 use super::level::MS_PER_MINUTE;
-use super::spaces::{CHUNK as SPACE_CHUNK, Far, FarChunk, SECONDS, Space, bit, kept_place};
+use super::spaces::{
+    CHUNK as SPACE_CHUNK, Far, FarChunk, SECONDS, Space, bit, kept_place, second_of,
+};
 
 /// Counters one unit of budget pays for when summing or clearing them: each is a few cycles,
 /// against a cache miss or two for an item moved.
@@ -272,8 +274,8 @@ enum Phase {
 /// a scratch, 60 streams of writes (the space counts its far places by second as they come, so
 /// each second has room for every far place taken in it, gone ones included: a cancel does
 /// not read the place's due time), then each second by millisecond into the output, within the
-/// few tens of kilobytes a second's timers take. One pass by millisecond wrote at random over the whole minute's
-/// items (2.7 MB at 10M timers an hour), a cache miss each.
+/// few tens of kilobytes a second's timers take. One pass by millisecond wrote at random over
+/// the whole minute's items (2.7 MB at 10M timers an hour), a cache miss each.
 pub(crate) struct Build<T> {
     phase: Phase,
     /// The absolute minute (`ms / 60 000`) being built.
@@ -393,7 +395,10 @@ impl<T: Copy> Build<T> {
         !matches!(self.phase, Phase::Idle | Phase::Done)
     }
 
-    /// The item of a far place, its offset checked.
+    /// The item of a far place, its offset checked: the space checked it at the insert, but
+    /// the sort indexes its counters by it (a second, then a millisecond within it), where an
+    /// offset past the minute would stop at a bare index out of bounds that names neither the
+    /// place nor the minute. One comparison an item.
     #[inline]
     fn item(place: u32, offset: u16, value: T) -> Item<T> {
         assert!(
@@ -535,8 +540,9 @@ impl<T: Copy> Build<T> {
                         false => (&mut self.scratch, self.room),
                     };
                     if items.len() >= needed {
-                        // Not a minute mostly cancelled: its room in the scratch is mostly
-                        // left unwritten, and reading all of it costs more than it saves.
+                        // A minute mostly cancelled is not read ahead: most of its room in
+                        // the scratch is never written, and reading it costs more than it
+                        // saves.
                         let dense = self.total * 2 >= self.room;
                         self.seek(match dense && self.room <= TOUCH_SCRATCH_MAX {
                             true => Phase::TouchScratch,
@@ -577,7 +583,7 @@ impl<T: Copy> Build<T> {
                             if bit(gone, place) {
                                 return;
                             }
-                            let at = &mut next[usize::from(offset / 1_000)];
+                            let at = &mut next[second_of(offset)];
                             scratch.set(*at as usize, Self::item(place, offset, value));
                             *at += 1;
                         });

@@ -140,7 +140,7 @@ fn offset_in(minute: u64, due_ms: u64) -> u16 {
 
 /// The second of its minute a far place's offset is in.
 #[inline]
-fn second_of(offset: u16) -> usize {
+pub(crate) fn second_of(offset: u16) -> usize {
     usize::from(offset / 1_000)
 }
 
