@@ -319,23 +319,11 @@ impl<T: Copy> TimingWheel<T> {
         key(place, generation)
     }
 
-    /// Ends a live key: its place is gone, and its item a tombstone (or compacted away).
-    /// Returns its value if `read` (else `None` in its place); `None` if the key is stale.
-    #[inline]
-    fn end(&mut self, key: TimerKey, read: bool) -> Option<Option<T>> {
-        let minute = self.spaces.minute_of(key.generation.get());
-        let (value, ended) = self.spaces.end(minute, key.index, read)?;
-        self.tombstones += 1;
-        self.tombstones -= ended.dropped;
-        self.stats.tombstones_dropped += ended.dropped;
-        self.stats.swept_total += ended.read as u64;
-        Some(value)
-    }
-
     /// Removes a pending timer and returns its value; `None` if the key is stale.
     pub fn cancel(&mut self, key: TimerKey) -> Option<T> {
-        self.end(key, true)
-            .map(|value| value.expect("the value read"))
+        let value = self.get(key)?;
+        assert!(self.remove(key), "a key read live ends");
+        Some(value)
     }
 
     /// Removes a pending timer, as [`cancel`](Self::cancel) does, without reading its value:
@@ -352,7 +340,16 @@ impl<T: Copy> TimingWheel<T> {
     /// assert!(wheel.is_empty());
     /// ```
     pub fn remove(&mut self, key: TimerKey) -> bool {
-        self.end(key, false).is_some()
+        // The place is gone, and its item a tombstone (or compacted away).
+        let minute = self.spaces.minute_of(key.generation.get());
+        let Some(ended) = self.spaces.end(minute, key.index) else {
+            return false;
+        };
+        self.tombstones += 1;
+        self.tombstones -= ended.dropped;
+        self.stats.tombstones_dropped += ended.dropped;
+        self.stats.swept_total += ended.read as u64;
+        true
     }
 
     /// Moves a pending timer to `due_ms` with its value, and returns its new key (the old
@@ -370,7 +367,7 @@ impl<T: Copy> TimingWheel<T> {
     /// assert_eq!(wheel.poll(1_000), None, "fired once");
     /// ```
     pub fn reschedule(&mut self, key: TimerKey, due_ms: u64) -> Option<TimerKey> {
-        let value = self.end(key, true)?.expect("the value read");
+        let value = self.cancel(key)?;
         Some(self.insert(due_ms, value))
     }
 

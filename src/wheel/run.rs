@@ -133,6 +133,16 @@ impl<T: Copy> Items<T> {
             .max(1)
     }
 
+    /// [`touch`](Self::touch) from `*at` on, as far as `budget` units pay for and at most to
+    /// `end`; moves `*at` past what it read and returns the units spent.
+    fn touch_on(&self, at: &mut usize, end: usize, budget: usize) -> usize {
+        let span = budget.saturating_mul(LINES_PER_UNIT * Self::PER_LINE);
+        let stop = end.min(at.saturating_add(span));
+        let spent = self.touch(*at, stop);
+        *at = stop;
+        spent
+    }
+
     /// Adds up to `n` copies of `filler` (writing them: their pages are faulted in here, not
     /// at random by the place pass, which overwrites them), never past the end of the last
     /// chunk; returns how many.
@@ -555,11 +565,8 @@ impl<T: Copy> Build<T> {
                     stepped.spent += items.grow(n, filler).div_ceil(GROW_PER_UNIT);
                 }
                 Phase::TouchScratch => {
-                    let span = left.saturating_mul(LINES_PER_UNIT * Items::<T>::PER_LINE);
-                    let end = self.room.min(self.at.saturating_add(span));
-                    stepped.spent += self.scratch.touch(self.at, end);
-                    self.at = end;
-                    if end == self.room {
+                    stepped.spent += self.scratch.touch_on(&mut self.at, self.room, left);
+                    if self.at == self.room {
                         self.seek(Phase::Scatter);
                     }
                 }
@@ -597,11 +604,8 @@ impl<T: Copy> Build<T> {
                 }
                 Phase::TouchOut => {
                     let last = self.placed[self.second + 1] as usize;
-                    let span = left.saturating_mul(LINES_PER_UNIT * Items::<T>::PER_LINE);
-                    let end = last.min(self.at.saturating_add(span));
-                    stepped.spent += self.out.touch(self.at, end);
-                    self.at = end;
-                    if end == last {
+                    stepped.spent += self.out.touch_on(&mut self.at, last, left);
+                    if self.at == last {
                         self.phase = Phase::Count;
                         self.at = self.starts[self.second] as usize;
                     }

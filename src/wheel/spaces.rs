@@ -592,19 +592,13 @@ impl<T: Copy> Spaces<T> {
         true
     }
 
-    /// Ends a live key by a cancel or a move, and returns its value if `read` (else `None`
-    /// in its place: no read of the place's item); `None` if the key is not live.
-    pub(crate) fn end(
-        &mut self,
-        minute: u64,
-        place: u32,
-        read: bool,
-    ) -> Option<(Option<T>, Ended)> {
+    /// Ends a live key by a cancel or a move, reading no place's item; `None` if the key is
+    /// not live.
+    pub(crate) fn end(&mut self, minute: u64, place: u32) -> Option<Ended> {
         let space = self.space_mut(minute).filter(|s| s.is_live(place))?;
-        let value = read.then(|| space.value(place));
         let ended = space.end(place);
         self.live -= 1;
-        Some((value, ended))
+        Some(ended)
     }
 
     /// Marks the place of an item being fired gone (see [`Space::fire`]); `None` (a

@@ -64,9 +64,10 @@
 //!
 //! Who may touch the map: only [`MmapFile::write_at`] (the copy) and [`MmapFile::sync_range`]
 //! (`MADV_DONTNEED` of the whole pages below the last copy's, then `msync`: system calls that
-//! need no lock, racing with nothing in the Rust memory model). A write into a mapped page that is not resident reads it in
-//! first; the log only writes pages of preallocated files that it has not written before or
-//! that it wrote itself in this process (still cached), so that read is of zeros or of cache.
+//! need no lock, racing with nothing in the Rust memory model). A write into a mapped page
+//! that is not resident reads it in first; the log only writes pages of preallocated files
+//! that it has not written before or that it wrote itself in this process (still cached), so
+//! that read is of zeros or of cache.
 #![allow(unsafe_code)]
 
 use std::collections::BTreeMap;
@@ -574,7 +575,7 @@ impl MmapFile {
     /// ahead of their write-back (`MADV_DONTNEED`): the log appends, so no copy writes them
     /// again, and their write-back then has no mapping to write-protect. Mapped, each page
     /// written back was write-protected on its own, and each write-protection flushed the
-    /// other cores' TLBs by an interrupt (measured: 9-12 % of the CPU of durable batches, on
+    /// other cores' TLBs by an interrupt (measured: about 9 % of the CPU of durable batches, on
     /// a VM where an interrupt between cores is a hypervisor exit); unmapped, the range takes
     /// one flush. A later write to such a page (none is made today) maps it again from the
     /// cache, as any first write does. Best effort: a failure only leaves the pages mapped.
