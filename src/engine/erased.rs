@@ -91,6 +91,9 @@ impl StorageFile for ErasedFile {
     ) -> io::Result<Option<u64>> {
         self.0.prepare_in_use(offset, ahead, stop)
     }
+    fn map_ahead(&self, from: u64, ahead: u64) -> io::Result<u64> {
+        self.0.map_ahead(from, ahead)
+    }
     fn read_durable(&self, offset: u64, buf: &mut [u8]) -> io::Result<bool> {
         self.0.read_durable(offset, buf)
     }

@@ -8,7 +8,10 @@
 //! roll under `log` is then a switch: one group-commit round for the old segment's tail (the
 //! invariant "a segment's header exists only once its predecessor is durable" needs it before
 //! the header) and the header's one-page sync. Only when the preparer is behind or failed does
-//! an append make the file itself, under `log`.
+//! an append make the file itself, under `log`. A second background thread, the *mapper*,
+//! keeps the pages the appender copies into next mapped for writing, a few MiB ahead of it
+//! and never over a page it wrote (`StorageFile::map_ahead`), so that the appender takes no
+//! page fault of its own while it moves.
 //!
 //! Files found on disk at an open hold bytes that recovery did not read (past the appended-to
 //! segment's write bound; most of the file made ahead). Before a block names a bound over
@@ -56,6 +59,7 @@ pub struct Wal<S: Storage = MmapStorage> {
     shared: Arc<Shared<S>>,
     background: Mutex<Option<JoinHandle<()>>>,
     preparer: Mutex<Option<JoinHandle<()>>>,
+    mapper: Mutex<Option<JoinHandle<()>>>,
     checker: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -355,6 +359,15 @@ impl<S: Storage> Wal<S> {
         } else {
             None
         };
+        let mapper = if background {
+            let shared = Arc::clone(&shared);
+            let handle = std::thread::Builder::new()
+                .name("timewheel-wal-map".to_owned())
+                .spawn(move || map_loop(&shared))?;
+            Some(handle)
+        } else {
+            None
+        };
         let checker = if shared.zero_proof.wants_checker() {
             let shared = Arc::clone(&shared);
             let handle = std::thread::Builder::new()
@@ -379,6 +392,7 @@ impl<S: Storage> Wal<S> {
                 shared,
                 background: Mutex::new(background),
                 preparer: Mutex::new(preparer),
+                mapper: Mutex::new(mapper),
                 checker: Mutex::new(checker),
             },
             report,
@@ -713,6 +727,9 @@ impl<S: Storage> Wal<S> {
         self.shared.next_changed.notify_all();
         if let Some(handle) = lock(&self.preparer).take() {
             handle.join().expect("the WAL prepare thread panicked");
+        }
+        if let Some(handle) = lock(&self.mapper).take() {
+            handle.join().expect("the WAL map thread panicked");
         }
         self.shared.zero_proof.stop();
         if let Some(handle) = lock(&self.checker).take() {
@@ -1389,6 +1406,65 @@ fn prepare_loop<S: Storage>(shared: &Shared<S>) {
         }
         if !shared.prepare_next() && shared.commit.is_poisoned() {
             return; // nothing more will be appended
+        }
+    }
+}
+
+/// How far past the appender the mapper keeps the pages of the segment in use mapped for
+/// writing (see [`StorageFile::map_ahead`]): more than the appender copies in one
+/// [`MAP_POLL_MIN`] at its fastest (records and their mirrors: about 300 MB/s here), so that
+/// it meets no page of its own to fault in while it moves.
+const MAPPED_AHEAD: u64 = 4 << 20;
+/// The mapper looks at the appender's progress this often while it moves...
+const MAP_POLL_MIN: Duration = Duration::from_millis(2);
+/// ...and backs off to this while it does not (an idle log wakes it once a second; a roll
+/// wakes it at once).
+const MAP_POLL_MAX: Duration = Duration::from_secs(1);
+
+/// The mapper: follows the segment being appended to, and keeps the pages the appender
+/// copies into next mapped for writing (see [`StorageFile::map_ahead`]). Ends at `stop`.
+fn map_loop<S: Storage>(shared: &Shared<S>) {
+    shared.wait_released();
+    // The segment written to, its id, and how far it is mapped: from its end at the start.
+    let current = || {
+        let log = lock(&shared.log);
+        let current = log.current();
+        (Arc::clone(&current.file), current.id, current.end)
+    };
+    let (mut file, mut id, mut mapped_to) = current();
+    let mut poll = MAP_POLL_MIN;
+    loop {
+        match file.map_ahead(mapped_to, MAPPED_AHEAD) {
+            Ok(at) => {
+                poll = if at > mapped_to {
+                    MAP_POLL_MIN
+                } else {
+                    (poll * 2).min(MAP_POLL_MAX)
+                };
+                mapped_to = at;
+            }
+            // Only mapping work lost: the appender takes its own faults, as without it.
+            Err(e) => tracing::debug!(error = %e, "WAL could not map pages ahead"),
+        }
+        let rolled = {
+            let mut next = lock(&shared.next);
+            // A roll wants the segment after the new one (and wakes this thread).
+            if !next.stop && next.want == id + 1 {
+                next = shared
+                    .next_changed
+                    .wait_timeout(next, poll)
+                    .expect("a WAL thread panicked")
+                    .0;
+            }
+            if next.stop {
+                return;
+            }
+            next.want != id + 1
+        };
+        if rolled {
+            // Not under `next`: a roll takes `next` under `log`.
+            (file, id, mapped_to) = current();
+            poll = MAP_POLL_MIN;
         }
     }
 }

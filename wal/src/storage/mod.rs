@@ -138,6 +138,18 @@ pub trait StorageFile: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Maps for writing, ahead of the appender, the pages it copies into next: from the page
+    /// after the highest byte copied into the file (and from `from` on, which the caller
+    /// keeps: the end of the log in this file when it started, then what this returned) up
+    /// to `ahead` bytes past that page. So the appender's first write into each page takes no
+    /// fault; the mapping work runs on the caller's thread instead. It never touches a page a
+    /// copy wrote: a synced page is never made dirty again. Returns the offset it mapped up
+    /// to, to pass as `from` next time. The default maps nothing and returns `from`.
+    fn map_ahead(&self, from: u64, ahead: u64) -> io::Result<u64> {
+        let _ = ahead;
+        Ok(from)
+    }
+
     /// Prepares the pages from `offset` to the end of the file being appended to, while the
     /// appender writes: [`StorageFile::prefault_read`], and first, on a file this storage
     /// created with its blocks still unallocated on the medium (a fresh log's first segment),
