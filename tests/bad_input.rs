@@ -73,6 +73,51 @@ fn invalid_requests_are_refused_and_write_nothing() {
 }
 
 #[test]
+fn a_batch_over_its_limit_or_with_one_bad_job_is_refused_and_writes_nothing() {
+    let disk = FaultDisk::new(61);
+    let clock = ManualClock::new(T0);
+    let mut c = config();
+    c.batch_jobs_max = 8;
+    let too_far = T0 + c.due_ahead_ms_max + 1;
+    let engine = timewheel::Engine::open_on(disk.storage(), c, std::sync::Arc::new(clock.clone()))
+        .expect("engine opens");
+    engine.schedule(JobSpec::at(T0 + 10)).expect("a valid job");
+    let before = disk_image(&disk);
+    let jobs = |n: u64| (0..n).map(|i| JobSpec::at(T0 + 100 + i));
+    // A batch whose length is known ahead, and one whose length is not (a filter): the same
+    // error, naming how many jobs there were.
+    let cases: Vec<timewheel::Result<_>> = vec![
+        engine.schedule_batch(jobs(9).collect::<Vec<_>>()),
+        engine.schedule_batch(jobs(20).filter(|_| true)),
+        engine.schedule_batch_nowait(jobs(9)).map(|(ids, _)| ids),
+        // A bad job last, after good ones that were encoded already.
+        engine.schedule_batch(jobs(7).chain([JobSpec::at(too_far)])),
+    ];
+    for (i, result) in cases.into_iter().enumerate() {
+        match result {
+            Err(Error::InvalidInput { field, reason }) if i < 3 => {
+                assert_eq!(field, "batch");
+                let n = if i == 1 { 20 } else { 9 };
+                assert!(
+                    reason.starts_with(&format!("{n} jobs")),
+                    "case {i}: {reason}"
+                );
+            }
+            Err(Error::InvalidInput { field, .. }) if i == 3 => assert_eq!(field, "due_ms"),
+            other => panic!("case {i}: expected InvalidInput, got {other:?}"),
+        }
+    }
+    assert_eq!(disk_image(&disk), before, "nothing was written");
+    assert_eq!(
+        engine.stats().scheduled,
+        1,
+        "no job of a refused batch was scheduled"
+    );
+    // At the limit, a batch goes through.
+    assert_eq!(engine.schedule_batch(jobs(8)).expect("8 jobs").len(), 8);
+}
+
+#[test]
 fn an_oversized_failure_reason_is_refused() {
     let disk = FaultDisk::new(61);
     let clock = ManualClock::new(T0);

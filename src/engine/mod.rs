@@ -368,28 +368,29 @@ impl Engine {
     ) -> Result<(Vec<JobId>, Pending)> {
         let sh = &*self.shared;
         sh.check_open()?;
-        let specs: Vec<JobSpec> = specs.into_iter().collect();
-        if specs.len() > sh.config.batch_jobs_max {
-            return Err(Error::invalid(
-                "batch",
-                format!("{} jobs; at most {}", specs.len(), sh.config.batch_jobs_max),
-            ));
+        // One pass: each spec checked, then encoded (with id 0; the ids are written in under
+        // the id lock) and dropped, all outside every lock. Nothing is written before every
+        // spec passed, so bad input writes nothing.
+        let mut specs = specs.into_iter();
+        let max = sh.config.batch_jobs_max;
+        let too_many = |jobs: usize| Error::invalid("batch", format!("{jobs} jobs; at most {max}"));
+        if specs.size_hint().0 > max {
+            return Err(too_many(specs.count()));
         }
         let now_ms = sh.clock.now_ms();
-        let mut dues = Vec::with_capacity(specs.len());
-        for spec in &specs {
-            dues.push(sh.validate(spec, now_ms)?);
-        }
-        // Bad input is refused as such, full disk or not.
-        sh.check_space(now_ms, specs.len())?;
-        // Everything is valid: nothing below refuses input. The records are encoded with id 0
-        // outside every lock; their ids are written in under the id lock.
-        let mut body = Vec::with_capacity(specs.len() * 48);
-        let mut ends = Vec::with_capacity(specs.len());
+        let hint = specs.size_hint().0;
+        let mut dues = Vec::with_capacity(hint);
+        let mut body: Vec<u8> = Vec::new();
+        let mut ends = Vec::with_capacity(hint);
         // Each key with its hash, computed here, outside every lock.
         let mut keys: Vec<Option<HashedKey>> = Vec::new();
         let mut recur_bytes = Vec::new();
-        for (spec, &due_ms) in specs.iter().zip(&dues) {
+        while let Some(spec) = specs.next() {
+            if ends.len() == max {
+                return Err(too_many(max + 1 + specs.count()));
+            }
+            let due_ms = sh.validate(&spec, now_ms)?;
+            dues.push(due_ms);
             recur_bytes.clear();
             if let Some(r) = &spec.recurring {
                 r.encode(&mut recur_bytes);
@@ -424,6 +425,11 @@ impl Engine {
             })
             .encode(&mut body);
             ends.push(body.len());
+            if ends.len() == 1 {
+                // Room for the rest at the first one's size, so the buffer is not copied as it
+                // grows.
+                body.reserve(body.len() * hint.saturating_sub(1));
+            }
             if spec.key.is_some() || !keys.is_empty() {
                 keys.resize(ends.len() - 1, None);
                 keys.push(
@@ -433,7 +439,8 @@ impl Engine {
                 );
             }
         }
-        drop(specs);
+        // Bad input is refused as such, full disk or not.
+        sh.check_space(now_ms, ends.len())?;
         if ends.is_empty() {
             let lsn = sh.wal.last_lsn();
             return Ok((

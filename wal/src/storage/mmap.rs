@@ -68,10 +68,13 @@
 //! batch's CPU. [`StorageFile::map_ahead`] takes those faults on another thread, the log's
 //! mapper: `MADV_POPULATE_WRITE` of the pages a few MiB past the last copy's page, under the
 //! copy lock (shared), so that no copy lands in a page while it is mapped. Such a page holds
-//! zeros and no record, was never synced by a commit, and is dirty from then on: a write-back
-//! before the appender reaches it writes zeros over zeros. It is never a page of a fresh
-//! file's unwritten extents that its zeros have not reached (`MmapFile::zero_ahead_of_copies`
-//! records how far they went), whose zeros' own write-back would write-protect it again.
+//! no record and was never synced by a commit; it is dirty from then on, with the bytes it
+//! held (zeros; after an open, possibly stray bytes past the write bound that the log's
+//! checker has yet to prove zero, which it does through the cache as before): a write-back
+//! before the appender reaches it writes the bytes the medium holds and changes none. It is
+//! never a page of a fresh file's unwritten extents that its zeros have not reached
+//! (`MmapFile::zero_ahead_of_copies` records how far they went), whose zeros' own write-back
+//! would write-protect it again.
 //!
 //! Who may touch the map: only [`MmapFile::write_at`] (the copy), [`MmapFile::sync_range`]
 //! (`MADV_DONTNEED` of the whole pages below the last copy's, then `msync`) and
@@ -868,10 +871,11 @@ impl StorageFile for MmapFile {
     /// Under the copy lock, a step at a time: the lock keeps every copy out of the pages a
     /// step maps, so each of them lies past the highest byte copied while it is mapped, holds
     /// no record and was never synced by a commit. `MADV_POPULATE_WRITE` makes it dirty and
-    /// writable in the page tables; it holds zeros (a prepared file's, or zeros written back by
-    /// `MmapFile::zero_ahead_of_copies`: never a page of a fresh file's unwritten extents,
-    /// whose zeros' later write-back would write-protect it again), so a write-back of it before
-    /// the appender gets there writes zeros over zeros and changes no byte of the file.
+    /// writable in the page tables with the bytes it holds (see "Pages mapped ahead of the
+    /// appender": never a page of a fresh file's unwritten extents that
+    /// `MmapFile::zero_ahead_of_copies` has not zeroed, whose zeros' later write-back would
+    /// write-protect it again), so a write-back of it before the appender gets there changes
+    /// no byte of the file.
     fn map_ahead(&self, from: u64, ahead: u64) -> io::Result<u64> {
         const PAGE: usize = 4096;
         let f = &*self.shared;
