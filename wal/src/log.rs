@@ -350,33 +350,25 @@ impl<S: Storage> Wal<S> {
             room_hint: RoomHint::default(),
         });
         shared.publish_room(&lock(&shared.log));
-        let preparer = if background {
-            let shared = Arc::clone(&shared);
-            let handle = std::thread::Builder::new()
-                .name("timewheel-wal-prepare".to_owned())
-                .spawn(move || prepare_loop(&shared))?;
-            Some(handle)
-        } else {
-            None
+        // A background thread of the log, named `name`, running `run` on the shared state,
+        // if `wanted`.
+        let start = |wanted: bool, name: &str, run: fn(&Shared<S>)| {
+            wanted
+                .then(|| {
+                    let shared = Arc::clone(&shared);
+                    std::thread::Builder::new()
+                        .name(name.to_owned())
+                        .spawn(move || run(&shared))
+                })
+                .transpose()
         };
-        let mapper = if background {
-            let shared = Arc::clone(&shared);
-            let handle = std::thread::Builder::new()
-                .name("timewheel-wal-map".to_owned())
-                .spawn(move || map_loop(&shared))?;
-            Some(handle)
-        } else {
-            None
-        };
-        let checker = if shared.zero_proof.wants_checker() {
-            let shared = Arc::clone(&shared);
-            let handle = std::thread::Builder::new()
-                .name("timewheel-wal-zero".to_owned())
-                .spawn(move || check_loop(&shared))?;
-            Some(handle)
-        } else {
-            None
-        };
+        let preparer = start(background, "timewheel-wal-prepare", prepare_loop)?;
+        let mapper = start(background, "timewheel-wal-map", map_loop)?;
+        let checker = start(
+            shared.zero_proof.wants_checker(),
+            "timewheel-wal-zero",
+            check_loop,
+        )?;
         let background = match shared.opts.durability {
             Durability::Periodic(interval) => {
                 let shared = Arc::clone(&shared);
