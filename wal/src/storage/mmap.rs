@@ -137,6 +137,19 @@ const DIRECT_READ_CHUNK_BYTES: usize = 1 << 20;
 /// Longest range one `MADV_POPULATE_READ` call maps (see [`StorageFile::prefault`]).
 const POPULATE_PIECE_BYTES: usize = 1 << 20;
 
+/// The page size the mapping works in.
+const PAGE: usize = 4096;
+
+/// The start of the first page at or after `offset` that a file of `len` bytes has (`len` if
+/// none): the first page that no copy ending at `offset` touched.
+fn page_from(offset: u64, len: usize) -> usize {
+    usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(len)
+        .next_multiple_of(PAGE)
+        .min(len)
+}
+
 /// Pages mapped for writing per hold of the copy lock by [`StorageFile::map_ahead`] (16
 /// pages: the longest a copy waits for it, a few tens of µs).
 const MAP_AHEAD_STEP_BYTES: usize = 64 << 10;
@@ -607,7 +620,6 @@ impl MmapFile {
     /// one flush. A later write to such a page (none is made today) maps it again from the
     /// cache, as any first write does. Best effort: a failure only leaves the pages mapped.
     fn unmap_written(&self, start: usize, end: usize) {
-        const PAGE: usize = 4096;
         let f = &*self.shared;
         let copied_end = *f.copy_lock.read().unwrap_or_else(PoisonError::into_inner);
         // The page holding `start` too: a page below the last copy's is complete.
@@ -648,7 +660,7 @@ impl MmapFile {
         let f = &*self.shared;
         let len = f.len_bytes as usize;
         let ahead = usize::try_from(ahead).unwrap_or(usize::MAX);
-        let mut at = (offset as usize).next_multiple_of(4096).min(len);
+        let mut at = page_from(offset, len);
         // Zeros written and not yet written back: `piece_start .. at`.
         let mut piece_start = at;
         let (mut wrote, mut paused) = (false, false);
@@ -657,7 +669,7 @@ impl MmapFile {
                 break;
             }
             let copied_end = f.copy_lock.write().unwrap_or_else(PoisonError::into_inner);
-            let clear = (*copied_end as usize).next_multiple_of(4096).min(len);
+            let clear = page_from(*copied_end, len);
             if clear > at {
                 // The appender went past: what lies behind it is its own.
                 drop(copied_end);
@@ -877,22 +889,13 @@ impl StorageFile for MmapFile {
     /// write-protect it again), so a write-back of it before the appender gets there changes
     /// no byte of the file.
     fn map_ahead(&self, from: u64, ahead: u64) -> io::Result<u64> {
-        const PAGE: usize = 4096;
         let f = &*self.shared;
         let len = f.len_bytes as usize;
         let ahead = usize::try_from(ahead).unwrap_or(usize::MAX);
-        let mut at = usize::try_from(from)
-            .unwrap_or(usize::MAX)
-            .min(len)
-            .next_multiple_of(PAGE)
-            .min(len);
+        let mut at = page_from(from, len);
         while f.maps_ahead.load(Ordering::Relaxed) {
             let copied_end = f.copy_lock.read().unwrap_or_else(PoisonError::into_inner);
-            let clear = usize::try_from(*copied_end)
-                .unwrap_or(usize::MAX)
-                .min(len)
-                .next_multiple_of(PAGE)
-                .min(len);
+            let clear = page_from(*copied_end, len);
             at = at.max(clear);
             let mut limit = clear.saturating_add(ahead).min(len);
             if f.unwritten.load(Ordering::Relaxed) {
