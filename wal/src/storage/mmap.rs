@@ -490,6 +490,18 @@ impl Storage for MmapStorage {
     }
 }
 
+/// See `MappedFile::map_hook`.
+#[cfg(test)]
+#[derive(Default)]
+struct MapHook(Mutex<Option<Box<dyn FnMut(usize) + Send>>>);
+
+#[cfg(test)]
+impl std::fmt::Debug for MapHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MapHook")
+    }
+}
+
 /// One mapping of one inode, shared by all handles on it in this process.
 #[derive(Debug)]
 struct MappedFile {
@@ -513,6 +525,10 @@ struct MappedFile {
     zeroed_to: AtomicU64,
     /// Cleared when `MADV_POPULATE_WRITE` failed on this mapping: no more mapping ahead.
     maps_ahead: AtomicBool,
+    /// A test's hook into [`StorageFile::map_ahead`], called with the step's first byte after
+    /// the step read the last copy's end and before it maps: where a race would go.
+    #[cfg(test)]
+    map_hook: MapHook,
     map: MmapRaw,
     /// Kept open so that the inode (and with it the registry key) stays alive as long as the
     /// mapping does; reads `pread` from it.
@@ -556,6 +572,8 @@ impl MappedFile {
             unwritten: AtomicBool::new(false),
             zeroed_to: AtomicU64::new(0),
             maps_ahead: AtomicBool::new(true),
+            #[cfg(test)]
+            map_hook: MapHook::default(),
             map,
             file,
         });
@@ -905,6 +923,10 @@ impl StorageFile for MmapFile {
                 break;
             }
             let end = (at + MAP_AHEAD_STEP_BYTES).min(limit);
+            #[cfg(test)]
+            if let Some(hook) = &mut *f.map_hook.0.lock().unwrap_or_else(PoisonError::into_inner) {
+                hook(at);
+            }
             if let Err(e) = f.map.advise_range(Advice::PopulateWrite, at, end - at) {
                 // A kernel before 5.14 (EINVAL), or a page it could not bring in: the appender
                 // takes its faults itself, as without this.
@@ -1365,6 +1387,77 @@ mod tests {
         file.read_at(10_000, &mut got).unwrap();
         let bad = (0..got.len()).find(|&i| got[i] != byte_at(10_000 + i));
         assert_eq!(bad, None, "a copied byte changed");
+    }
+
+    /// The race the copy lock rules out, driven: a copy and its sync land in the pages a step
+    /// of `map_ahead` is about to map, between its read of the last copy's end and its
+    /// `madvise`. With the lock held across both, the copy waits until the step has mapped,
+    /// and its sync then leaves every page below its last one clean. Were the lock let go
+    /// before the `madvise` (a mutant that the concurrent test above did not catch in five
+    /// runs), the copy and sync finish inside the window, the `madvise` makes a synced page
+    /// of records dirty again, and this test fails.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_copy_and_its_sync_can_not_land_between_a_steps_look_and_its_mapping() {
+        use std::sync::mpsc;
+        const PAGE: u64 = 4096;
+        let dir = tempfile::tempdir().unwrap();
+        let storage = MmapStorage::open_dir(dir.path()).unwrap();
+        let len = 1u64 << 20;
+        let file = storage.create("race", len).unwrap();
+        file.prefault().unwrap();
+        if dirty_pages(&file, 0, len).is_none() {
+            eprintln!("skipped: no cachestat here to count dirty pages");
+            return;
+        }
+        // Two and a half pages copied and synced: the next step maps from page 3.
+        file.write_at(0, &[7u8; 10_000]).unwrap();
+        file.sync_range(0, 10_000).unwrap();
+        // The copy the hook lets loose: from inside page 2 to inside page 4, over the pages the
+        // step maps; then its sync.
+        let (go, went) = mpsc::channel::<()>();
+        let (done, finished) = mpsc::channel::<()>();
+        let appender = {
+            let file = file.clone();
+            std::thread::spawn(move || {
+                went.recv().unwrap();
+                let data: Vec<u8> = (10_000..17_000).map(byte_at).collect();
+                file.write_at(10_000, &data).unwrap();
+                file.sync_range(10_000, 7_000).unwrap();
+                // The hook has stopped listening, unless the copy came inside its window.
+                done.send(()).ok();
+            })
+        };
+        // In the window: set the copy going, and give it a long time to finish there.
+        let finished_in_window = Arc::new(AtomicBool::new(false));
+        let mut first = Some((go, finished, Arc::clone(&finished_in_window)));
+        *file.shared.map_hook.0.lock().unwrap() = Some(Box::new(move |at| {
+            if let Some((go, finished, in_window)) = first.take() {
+                assert_eq!(at as u64, 3 * PAGE, "the step after the last copy's page");
+                go.send(()).unwrap();
+                let result = finished.recv_timeout(Duration::from_millis(300));
+                in_window.store(result.is_ok(), Ordering::Relaxed);
+            }
+        }));
+        file.map_ahead(0, 16 * PAGE).unwrap();
+        appender.join().unwrap();
+        *file.shared.map_hook.0.lock().unwrap() = None;
+        assert!(
+            !finished_in_window.load(Ordering::Relaxed),
+            "a copy finished while a step of map_ahead was between its look and its mapping"
+        );
+        if dirty_pages(&file, 4 * PAGE, len) == Some(0) {
+            eprintln!("skipped: MADV_POPULATE_WRITE mapped nothing here (a kernel before 5.14)");
+            return;
+        }
+        assert_eq!(
+            dirty_pages(&file, 0, 4 * PAGE),
+            Some(0),
+            "a page the copy's sync wrote back was made dirty again"
+        );
+        let mut got = vec![0u8; 7_000];
+        file.read_at(10_000, &mut got).unwrap();
+        assert!(got.iter().zip(10_000..).all(|(&b, i)| b == byte_at(i)));
     }
 
     #[cfg(target_os = "linux")]
