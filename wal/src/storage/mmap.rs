@@ -493,7 +493,11 @@ impl Storage for MmapStorage {
 /// See `MappedFile::map_hook`.
 #[cfg(test)]
 #[derive(Default)]
-struct MapHook(Mutex<Option<Box<dyn FnMut(usize) + Send>>>);
+struct MapHook(Mutex<Option<HookFn>>);
+
+/// What a test runs at the hook: given the first byte of the step about to be mapped.
+#[cfg(test)]
+type HookFn = Box<dyn FnMut(usize) + Send>;
 
 #[cfg(test)]
 impl std::fmt::Debug for MapHook {
