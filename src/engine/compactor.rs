@@ -41,6 +41,8 @@ pub(crate) struct StoreState {
     /// The segment appended to, and when (engine clock, ms) a pass first saw it hold records:
     /// it is sealed `Config::seal_after_ms` later.
     pub holding_since: Option<(u64, u64)>,
+    /// What passes work in, kept between them (see [`compact::FoldScratch`]).
+    pub scratch: compact::FoldScratch,
 }
 
 impl StoreState {
@@ -54,6 +56,7 @@ impl StoreState {
             damage: None,
             resident_below,
             holding_since: None,
+            scratch: compact::FoldScratch::default(),
         }
     }
 }
@@ -63,7 +66,8 @@ impl Shared {
     /// cover yet; `Ok(None)` if none does.
     pub(super) fn compact_once(&self) -> Result<Option<CompactionReport>> {
         let _span = tracing::debug_span!("timewheel_compaction").entered();
-        let mut store = lock(&self.store);
+        let mut guard = lock(&self.store);
+        let store = &mut *guard;
         if let Some(why) = &store.stopped {
             return Err(Error::Io(std::io::Error::other(format!(
                 "compaction stopped after an earlier failure ({why}); reopen the engine"
@@ -74,12 +78,19 @@ impl Shared {
             runs_max: self.config.bucket_runs_max,
             space_percent_max: self.config.bucket_space_percent_max,
         };
-        self.seal_if_held_long(&mut store)?;
+        self.seal_if_held_long(store)?;
         let Some(fold_to) = compact::fold_point(&self.wal, &store.manifest, limits) else {
             return Ok(None);
         };
         let far_from = store.resident_below;
-        let mut passed = compact::pass(&self.wal, &store.manifest, fold_to, limits, far_from);
+        let mut passed = compact::pass(
+            &self.wal,
+            &store.manifest,
+            fold_to,
+            limits,
+            far_from,
+            &mut store.scratch,
+        );
         if let Err(failed) = &passed
             && failed.manifest_known
             && crate::store::is_no_space(&failed.error)
@@ -90,10 +101,17 @@ impl Shared {
                 Ok(true) => {
                     store.totals.ballast_released += 1;
                     tracing::warn!("the disk is full: gave up the ballast file for compaction");
-                    passed = compact::pass(&self.wal, &store.manifest, fold_to, limits, far_from);
+                    passed = compact::pass(
+                        &self.wal,
+                        &store.manifest,
+                        fold_to,
+                        limits,
+                        far_from,
+                        &mut store.scratch,
+                    );
                 }
                 Ok(false) => {}
-                Err(e) => return Err(self.compaction_failed(&mut store, e, true)),
+                Err(e) => return Err(self.compaction_failed(store, e, true)),
             }
         }
         match passed {
@@ -155,19 +173,17 @@ impl Shared {
                 if let Some(e) = cleanup {
                     // The new manifest stands (held above); what it no longer names is left
                     // for the next open or pass to remove.
-                    return Err(self.compaction_failed(&mut store, e, true));
+                    return Err(self.compaction_failed(store, e, true));
                 }
                 // Room again, most likely: the ballast back for the next time the disk fills.
                 if let Err(e) =
                     crate::store::ensure_ballast(self.wal.storage(), self.config.disk_ballast_bytes)
                 {
-                    return Err(self.compaction_failed(&mut store, e, true));
+                    return Err(self.compaction_failed(store, e, true));
                 }
                 Ok(Some(report))
             }
-            Err(failed) => {
-                Err(self.compaction_failed(&mut store, failed.error, failed.manifest_known))
-            }
+            Err(failed) => Err(self.compaction_failed(store, failed.error, failed.manifest_known)),
         }
     }
 
