@@ -196,6 +196,7 @@ impl Delta {
         );
         out.extend(self.patches.into_iter().map(Entry::Patch));
         out.extend(self.deletes.into_iter().map(Entry::Delete));
+        super::release(puts);
         out
     }
 }
@@ -613,6 +614,7 @@ fn fold<S: Storage>(
             patch.apply(&mut job);
             deltas.entry(target).or_default().puts.push(job);
         }
+        jobs.release();
     }
 
     // 3. Write the runs.
@@ -720,7 +722,13 @@ fn fold<S: Storage>(
                 encode_run(bucket, generation, fold_to, next.crashes, entries)
             }
         };
-        drop(entries);
+        match entries {
+            RunEntries::Merged { jobs, order } => {
+                jobs.release();
+                super::release(order);
+            }
+            RunEntries::Delta(entries) => super::release(entries),
+        }
         let name = run_file_name(bucket, generation);
         written.push(name.clone());
         write_new(storage, &name, &bytes)?;
@@ -734,6 +742,7 @@ fn fold<S: Storage>(
         entry.jobs = jobs_after;
         entry.min_due_ms = min_due_ms;
         next.buckets.insert(bucket, entry);
+        super::release(bytes);
     }
     next.moved.retain(|_, b| next.buckets.contains_key(b));
     Locator::new(&next)?;

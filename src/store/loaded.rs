@@ -58,7 +58,8 @@ impl BucketJobs {
             return Ok(());
         }
         self.reserve(entries.len());
-        for entry in entries {
+        let mut entries = entries;
+        for entry in entries.drain(..) {
             match entry {
                 Entry::Put(job) => self.put(job)?,
                 Entry::Patch(p) => p.apply(self.get_mut(p.id).ok_or(p.id)?),
@@ -67,7 +68,13 @@ impl BucketJobs {
                 }
             }
         }
+        super::release(entries);
         Ok(())
+    }
+
+    /// Drops the jobs, giving their memory back as [`super::release`] does.
+    pub fn release(self) {
+        super::release(self.slots);
     }
 
     fn reserve(&mut self, more: usize) {
