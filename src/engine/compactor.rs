@@ -83,14 +83,17 @@ impl Shared {
             return Ok(None);
         };
         let far_from = store.resident_below;
-        let mut passed = compact::pass(
-            &self.wal,
-            &store.manifest,
-            fold_to,
-            limits,
-            far_from,
-            &mut store.scratch,
-        );
+        let run_pass = |store: &mut StoreState| {
+            compact::pass(
+                &self.wal,
+                &store.manifest,
+                fold_to,
+                limits,
+                far_from,
+                &mut store.scratch,
+            )
+        };
+        let mut passed = run_pass(store);
         if let Err(failed) = &passed
             && failed.manifest_known
             && crate::store::is_no_space(&failed.error)
@@ -101,14 +104,7 @@ impl Shared {
                 Ok(true) => {
                     store.totals.ballast_released += 1;
                     tracing::warn!("the disk is full: gave up the ballast file for compaction");
-                    passed = compact::pass(
-                        &self.wal,
-                        &store.manifest,
-                        fold_to,
-                        limits,
-                        far_from,
-                        &mut store.scratch,
-                    );
+                    passed = run_pass(store);
                 }
                 Ok(false) => {}
                 Err(e) => return Err(self.compaction_failed(store, e, true)),

@@ -1328,22 +1328,32 @@ mod tests {
         (rc == 0).then_some(stat.dirty)
     }
 
+    /// A prepared file of `len` bytes whose first two and a half pages were copied and synced
+    /// (the next step of `map_ahead` maps from page 3), with its directory; `None`, said on
+    /// stderr, where `cachestat` can not count dirty pages.
     #[cfg(target_os = "linux")]
-    #[test]
-    fn pages_mapped_ahead_lie_past_every_copy_and_no_synced_page_is_dirtied_again() {
-        const PAGE: u64 = 4096;
+    fn synced_head(len: u64) -> Option<(tempfile::TempDir, MmapFile)> {
         let dir = tempfile::tempdir().unwrap();
         let storage = MmapStorage::open_dir(dir.path()).unwrap();
-        let len = 8u64 << 20;
         let file = storage.create("seg", len).unwrap();
         file.prefault().unwrap();
         if dirty_pages(&file, 0, len).is_none() {
             eprintln!("skipped: no cachestat here to count dirty pages");
-            return;
+            return None;
         }
-        // Two and a half pages copied and synced: nothing is dirty.
         file.write_at(0, &[7u8; 10_000]).unwrap();
         file.sync_range(0, 10_000).unwrap();
+        Some((dir, file))
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn pages_mapped_ahead_lie_past_every_copy_and_no_synced_page_is_dirtied_again() {
+        const PAGE: u64 = 4096;
+        let len = 8u64 << 20;
+        let Some((_dir, file)) = synced_head(len) else {
+            return;
+        };
         assert_eq!(dirty_pages(&file, 0, len), Some(0));
         // Mapped ahead: the sixteen pages after the last copy's page, dirty (zeros) now, and not
         // one page of the copies.
@@ -1405,18 +1415,11 @@ mod tests {
     fn a_copy_and_its_sync_can_not_land_between_a_steps_look_and_its_mapping() {
         use std::sync::mpsc;
         const PAGE: u64 = 4096;
-        let dir = tempfile::tempdir().unwrap();
-        let storage = MmapStorage::open_dir(dir.path()).unwrap();
         let len = 1u64 << 20;
-        let file = storage.create("race", len).unwrap();
-        file.prefault().unwrap();
-        if dirty_pages(&file, 0, len).is_none() {
-            eprintln!("skipped: no cachestat here to count dirty pages");
-            return;
-        }
         // Two and a half pages copied and synced: the next step maps from page 3.
-        file.write_at(0, &[7u8; 10_000]).unwrap();
-        file.sync_range(0, 10_000).unwrap();
+        let Some((_dir, file)) = synced_head(len) else {
+            return;
+        };
         // The copy the hook lets loose: from inside page 2 to inside page 4, over the pages the
         // step maps; then its sync.
         let (go, went) = mpsc::channel::<()>();
