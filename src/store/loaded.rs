@@ -41,7 +41,7 @@ impl BucketJobs {
     /// Applies a run's entries to the jobs of the runs before it. Refuses (naming the job) an
     /// entry the compactor could not have written: a put of a job already there, a patch or
     /// delete of one that is not.
-    pub fn apply(&mut self, entries: Vec<Entry>) -> Result<(), JobId> {
+    pub fn apply(&mut self, mut entries: Vec<Entry>) -> Result<(), JobId> {
         if self.slots.is_empty() && entries.iter().all(|e| matches!(e, Entry::Put(_))) {
             // A bucket's first run (all puts): its vector is kept as it is.
             self.slots = entries;
@@ -58,7 +58,6 @@ impl BucketJobs {
             return Ok(());
         }
         self.reserve(entries.len());
-        let mut entries = entries;
         for entry in entries.drain(..) {
             match entry {
                 Entry::Put(job) => self.put(job)?,

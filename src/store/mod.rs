@@ -116,7 +116,6 @@ pub(crate) fn is_sync_failure(e: &Error) -> bool {
     matches!(e, Error::Io(io) if io.get_ref().is_some_and(|inner| inner.is::<SyncFailed>()))
 }
 
-/// Reads a whole file.
 /// Bytes [`release`] gives back per step.
 const RELEASE_STEP_BYTES: usize = 2 << 20;
 
@@ -142,6 +141,7 @@ pub(crate) fn release<T>(mut v: Vec<T>) {
     }
 }
 
+/// Reads a whole file.
 fn read_whole<S: Storage>(storage: &S, name: &str) -> io::Result<Vec<u8>> {
     let file = storage.open(name)?;
     let len = usize::try_from(file.len_bytes()).map_err(io::Error::other)?;
